@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: the release build (warnings are errors), the
+# same suite under AddressSanitizer + UndefinedBehaviorSanitizer, and a short libFuzzer
+# run over the checkpoint parsers. CI (.ci/run) calls exactly this.
+#   DSV4_FUZZ_SECONDS  seconds per fuzz target (default 30)
+#   DSV4_SKIP_ASAN=1   skip the sanitizer build (local iteration only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+scripts/setup.sh
+
+jobs=$(nproc)
+step() { printf '\n== %s (%ds)\n' "$1" $(( $(date +%s) - start )); }
+
+step "release build"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_WERROR=ON >/dev/null
+ninja -C build/release
+step "release tests"
+(cd build/release && ctest --output-on-failure -j "$jobs" --timeout 900)
+
+if [[ "${DSV4_SKIP_ASAN:-0}" != 1 ]]; then
+  step "sanitizer build (ASan + UBSan)"
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=ON -DDSV4_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
+  ninja -C build/asan
+  step "sanitizer tests"
+  (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j "$jobs" --timeout 1800)
+fi
+
+step "fuzz build (clang libFuzzer)"
+CXX=clang++ CC=clang cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_FUZZ=ON \
+  -DDSV4_SANITIZE=ON -DDSV4_TESTS=OFF -DDSV4_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
+ninja -C build/fuzz parsers_fuzz
+step "fuzz run"
+seconds=${DSV4_FUZZ_SECONDS:-30}
+mkdir -p build/fuzz/corpus
+cp -n fuzz/corpus/* build/fuzz/corpus/ 2>/dev/null || true
+build/fuzz/parsers_fuzz -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+  build/fuzz/corpus 2>&1 | tail -n 12
+
+step "all tests passed"

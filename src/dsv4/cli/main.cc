@@ -1,0 +1,34 @@
+// dsv4 command line. The only translation unit that includes CLI11 (it is slow to compile).
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "dsv4/cli/commands.h"
+#include "dsv4/util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsv4: DeepSeek V4 Flash on an ordinary CPU machine"};
+  app.require_subcommand(1);
+
+  dsv4::cli::InspectOptions inspect;
+  auto* inspect_cmd = app.add_subcommand("inspect", "validate a checkpoint directory and describe it");
+  inspect_cmd->add_option("dir", inspect.dir, "checkpoint directory")->required();
+  inspect_cmd->add_flag("--json", inspect.json, "print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*inspect_cmd) return dsv4::cli::inspect(inspect);
+  } catch (const dsv4::Error& e) {
+    std::fprintf(stderr, "dsv4: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsv4: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

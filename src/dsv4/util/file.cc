@@ -1,0 +1,134 @@
+#include "dsv4/util/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "dsv4/util/error.h"
+
+namespace dsv4 {
+
+File File::open_read(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("{}: not a regular file", path);
+  }
+  return File(fd, path);
+}
+
+File File::open_direct(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return File();
+  return File(fd, path);
+}
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+uint64_t File::size() const {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) fail("{}: cannot stat: {}", path_, std::strerror(errno));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void File::read_exact(void* dst, uint64_t length, uint64_t offset) const {
+  constexpr uint64_t kChunk = 64ull << 20;  // bounded syscalls keep reads interruptible
+  auto* out = static_cast<uint8_t*>(dst);
+  while (length > 0) {
+    size_t want = static_cast<size_t>(std::min(length, kChunk));
+    ssize_t got = ::pread(fd_, out, want, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail("{}: read of {} bytes at offset {} failed: {}", path_, want, offset, std::strerror(errno));
+    }
+    if (got == 0) fail("{}: unexpected end of file at offset {} (file truncated?)", path_, offset);
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    length -= static_cast<uint64_t>(got);
+  }
+}
+
+bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t offset,
+                        uint8_t* bounce, size_t bounce_size) {
+  auto* out = static_cast<uint8_t*>(dst);
+  while (length > 0) {
+    uint64_t aligned_start = offset & ~(uint64_t{kDirectAlign} - 1);
+    uint64_t skip = offset - aligned_start;
+    uint64_t window = std::min<uint64_t>(bounce_size, (skip + length + kDirectAlign - 1) & ~(uint64_t{kDirectAlign} - 1));
+    uint64_t filled = 0;
+    while (filled < window) {
+      ssize_t got = ::pread(direct.fd(), bounce + filled, window - filled,
+                            static_cast<off_t>(aligned_start + filled));
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EINVAL) return false;
+        fail("{}: direct read at offset {} failed: {}", direct.path(), aligned_start + filled,
+             std::strerror(errno));
+      }
+      if (got == 0) break;  // end of file inside the last aligned block
+      filled += static_cast<uint64_t>(got);
+    }
+    if (filled <= skip) fail("{}: unexpected end of file at offset {}", direct.path(), offset);
+    uint64_t take = std::min(length, filled - skip);
+    std::memcpy(out, bounce + skip, take);
+    out += take;
+    offset += take;
+    length -= take;
+  }
+  return true;
+}
+
+AlignedBuffer::AlignedBuffer(size_t size, size_t align) : size_(size) {
+  size_t rounded = (std::max<size_t>(size, 1) + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded);
+  if (!p) fail("out of memory allocating {} bytes", size);
+  ptr_.reset(static_cast<uint8_t*>(p));
+}
+
+void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
+
+std::string read_small_file(const std::string& path, uint64_t max_bytes) {
+  File f = File::open_read(path);
+  uint64_t size = f.size();
+  if (size > max_bytes) fail("{}: file is {} bytes, more than the {} allowed", path, size, max_bytes);
+  std::string text(static_cast<size_t>(size), '\0');
+  f.read_exact(text.data(), size, 0);
+  return text;
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace dsv4

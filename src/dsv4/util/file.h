@@ -1,0 +1,76 @@
+// RAII file descriptors and the two ways dsv4 reads bytes: buffered pread (EINTR-safe, in
+// chunks) and O_DIRECT into 4 KiB-aligned buffers (what the expert cache uses).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dsv4 {
+
+inline constexpr size_t kDirectAlign = 4096;
+
+class File {
+ public:
+  File() = default;
+  // Opens read-only; throws Error naming the path on failure.
+  static File open_read(const std::string& path);
+  // Opens read-only with O_DIRECT; returns an invalid File (valid() == false) if the
+  // filesystem refuses O_DIRECT, so callers can fall back to buffered reads.
+  static File open_direct(const std::string& path);
+
+  File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File();
+
+  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  uint64_t size() const;
+
+  // Reads exactly `length` bytes at `offset`; throws Error (naming the path) on a short
+  // read or an I/O error. Retries on EINTR and splits large reads into chunks.
+  void read_exact(void* dst, uint64_t length, uint64_t offset) const;
+
+ private:
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Reads [offset, offset+length) of a file through an O_DIRECT descriptor into `dst`.
+// O_DIRECT needs the file offset, length and buffer aligned; this reads the enclosing
+// aligned window into `bounce` (capacity `bounce_size`, 4 KiB aligned) and copies out.
+// Returns false if the direct read failed with EINVAL (caller falls back to buffered).
+bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t offset,
+                        uint8_t* bounce, size_t bounce_size);
+
+// Aligned heap buffer (4 KiB by default) with RAII, for O_DIRECT targets and weights.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t size, size_t align = kDirectAlign);
+  AlignedBuffer(AlignedBuffer&&) noexcept = default;
+  AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
+  uint8_t* data() { return ptr_.get(); }
+  const uint8_t* data() const { return ptr_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Free> ptr_;
+  size_t size_ = 0;
+};
+
+// Reads a whole (small) file into a string; throws Error if larger than max_bytes.
+std::string read_small_file(const std::string& path, uint64_t max_bytes);
+
+bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
+
+}  // namespace dsv4

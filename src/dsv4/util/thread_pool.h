@@ -1,0 +1,54 @@
+// A small persistent thread pool for data-parallel loops. The calling thread takes part.
+//
+// Determinism rule for users: a task must compute its outputs completely by itself (no
+// cross-task reductions), so results never depend on how many threads ran or which
+// thread took which range.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dsv4 {
+
+class ThreadPool {
+ public:
+  // n_threads counts the caller; 1 means everything runs inline.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls body(begin, end) over [0, n) split into chunks of at most `grain` items.
+  // Not reentrant: body must not call parallel_for on the same pool.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
+
+ private:
+  void worker_loop();
+  void run_chunks();
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  int busy_ = 0;
+  bool stop_ = false;
+  // Current job.
+  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  int64_t n_ = 0;
+  int64_t grain_ = 1;
+  std::atomic<int64_t> next_{0};
+};
+
+// Hardware threads available to this process (sched affinity aware).
+int available_cpus();
+
+}  // namespace dsv4

@@ -1,0 +1,64 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace dsv4::test {
+
+std::string fixture(const std::string& name) { return "../shared/fixtures/" + name; }
+
+TempDir::TempDir() {
+  const char* base = std::getenv("DSV4_TEST_TMP");
+  std::string root = base ? base : "/tmp";
+  std::filesystem::create_directories(root);
+  std::string templ = root + "/dsv4-XXXXXX";
+  if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+CommandResult run_dsv4(const std::string& args, const std::string& input, int timeout_s) {
+  TempDir tmp;
+  write_file(tmp / "in", input);
+  std::string cmd = "timeout " + std::to_string(timeout_s) + " " + DSV4_BINARY + " " + args + " <" + tmp / "in" +
+                    " >" + tmp / "out" + " 2>" + tmp / "err";
+  int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(tmp / "out");
+  r.err = read_file(tmp / "err");
+  return r;
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void copy_dir(const std::string& from, const std::string& to) {
+  std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+  // Fixtures are read-only; the copies are meant to be mutated.
+  for (auto& e : std::filesystem::recursive_directory_iterator(to))
+    std::filesystem::permissions(e.path(), std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  std::filesystem::permissions(to, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+}
+
+}  // namespace dsv4::test

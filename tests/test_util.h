@@ -1,0 +1,38 @@
+// Helpers shared by the tests: fixture paths, temporary directories, running the CLI.
+#pragma once
+
+#include <string>
+
+namespace dsv4::test {
+
+// "../shared/fixtures/<name>" (tests run from the repository root).
+std::string fixture(const std::string& name);
+
+// A fresh empty directory under the build tree, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs the dsv4 binary with a shell-quoted argument string; stdin from `input`.
+CommandResult run_dsv4(const std::string& args, const std::string& input = "", int timeout_s = 120);
+
+void write_file(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);
+void copy_dir(const std::string& from, const std::string& to);
+
+}  // namespace dsv4::test
