@@ -13,3 +13,32 @@ struct InspectOptions {
 int inspect(const InspectOptions& o);
 
 }  // namespace dsv4::cli
+
+namespace dsv4::cli {
+
+// Options shared by every command that loads a model.
+struct ModelOptions {
+  std::string dir;
+  std::string numerics = "fast";  // reference | fast
+  int threads = 0;
+};
+
+struct ScoreOptions {
+  ModelOptions model;
+  std::string tokens_file;
+  std::string logits_out;
+  int64_t chunk = 0;
+};
+int score(const ScoreOptions& o);
+
+struct GenerateOptions {
+  ModelOptions model;
+  std::string tokens;  // "id,id,..."
+  int64_t n = 16;
+  bool greedy = true;
+  bool print_ids = true;
+  int64_t chunk = 0;
+};
+int generate(const GenerateOptions& o);
+
+}  // namespace dsv4::cli

@@ -1,0 +1,101 @@
+#include <fmt/format.h>
+
+#include "dsv4/experts/expert_provider.h"
+#include "dsv4/io/checkpoint.h"
+#include "dsv4/io/schema.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/file.h"
+
+namespace dsv4 {
+
+uint64_t ExpertLocation::total_bytes() const {
+  uint64_t total = 0;
+  for (const Part& p : parts) total += p.bytes;
+  return total;
+}
+
+ExpertLocation locate_expert(const Checkpoint& ck, int layer, int expert) {
+  const std::string base = fmt::format("{}ffn.experts.{}.", layer_prefix(ck.config(), layer), expert);
+  static const char* kNames[6] = {"w1.weight", "w1.scale", "w3.weight", "w3.scale", "w2.weight", "w2.scale"};
+  ExpertLocation loc;
+  for (int i = 0; i < 6; ++i) {
+    const TensorRef& ref = ck.get(base + kNames[i]);
+    loc.parts[i] = {ref.shard, ref.info->offset, ref.info->bytes};
+  }
+  return loc;
+}
+
+ExpertWeights expert_views(const Checkpoint& ck, const uint8_t* base, const uint64_t offsets[6]) {
+  const ModelConfig& c = ck.config();
+  auto fp4 = [&](int64_t rows, int64_t cols, int part) {
+    kernels::Matrix m;
+    m.format = kernels::WeightFormat::kFP4;
+    m.rows = rows;
+    m.cols = cols;
+    m.data = base + offsets[part];
+    m.scales = base + offsets[part + 1];
+    return m;
+  };
+  ExpertWeights w;
+  w.w1 = fp4(c.moe_intermediate, c.hidden_size, 0);
+  w.w3 = fp4(c.moe_intermediate, c.hidden_size, 2);
+  w.w2 = fp4(c.hidden_size, c.moe_intermediate, 4);
+  return w;
+}
+
+namespace {
+
+class ResidentExperts final : public ExpertProvider {
+ public:
+  explicit ResidentExperts(const Checkpoint& ck) {
+    const ModelConfig& c = ck.config();
+    n_experts_ = c.n_routed_experts;
+    const int n_layers = static_cast<int>(c.layers.size());
+    experts_.resize(static_cast<size_t>(n_layers) * n_experts_);
+    for (int l = 0; l < n_layers; ++l) {
+      for (int e = 0; e < n_experts_; ++e) {
+        ExpertLocation loc = locate_expert(ck, l, e);
+        uint64_t offsets[6], total = 0;
+        for (int i = 0; i < 6; ++i) {
+          offsets[i] = total;
+          total += (loc.parts[i].bytes + 63) / 64 * 64;
+        }
+        Slot& s = experts_[index(l, e)];
+        s.buffer = AlignedBuffer(total);
+        for (int i = 0; i < 6; ++i) loc.parts[i].shard->file().read_exact(s.buffer.data() + offsets[i], loc.parts[i].bytes, loc.parts[i].offset);
+        s.weights = expert_views(ck, s.buffer.data(), offsets);
+        bytes_ += total;
+      }
+    }
+  }
+
+  void prefetch(int, std::span<const int>) override {}
+  const ExpertWeights& acquire(int layer, int expert) override {
+    ++stats_.requests;
+    ++stats_.hits;
+    return experts_[index(layer, expert)].weights;
+  }
+  void release(int, int) override {}
+  ExpertStats stats() const override { return stats_; }
+  uint64_t resident_bytes() const override { return bytes_; }
+
+ private:
+  struct Slot {
+    AlignedBuffer buffer;
+    ExpertWeights weights;
+  };
+  size_t index(int layer, int expert) const { return static_cast<size_t>(layer) * n_experts_ + expert; }
+
+  int n_experts_ = 0;
+  std::vector<Slot> experts_;
+  uint64_t bytes_ = 0;
+  ExpertStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck) {
+  return std::make_unique<ResidentExperts>(ck);
+}
+
+}  // namespace dsv4

@@ -1,0 +1,110 @@
+#include "dsv4/model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "dsv4/model/ops.h"
+
+namespace dsv4 {
+namespace {
+
+// a = silu(min(g, L)) * clamp(u, -L, L), in place into g. L = 0 disables the clamp.
+void swiglu(float* g, const float* u, int64_t n, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    float gate = g[i], up = u[i];
+    if (limit > 0) {
+      gate = std::min(gate, limit);
+      up = std::clamp(up, -limit, limit);
+    }
+    g[i] = ops::silu(gate) * up;
+  }
+}
+
+// y[n, D] = w2 · swiglu(w1·x, w3·x) for n rows of x.
+void feed_forward(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int64_t n, float limit,
+                  kernels::Numerics numerics, ThreadPool* pool, float* y) {
+  const int64_t I = w1.rows;
+  std::vector<float> g(static_cast<size_t>(n * I)), u(static_cast<size_t>(n * I));
+  kernels::matmul(w1, x, n, g.data(), numerics, pool);
+  kernels::matmul(w3, x, n, u.data(), numerics, pool);
+  swiglu(g.data(), u.data(), n * I, limit);
+  kernels::matmul(w2, g.data(), n, y, numerics, pool);
+}
+
+}  // namespace
+
+Routing route(const ModelConfig& c, const MoeWeights& w, const float* x, std::span<const int32_t> tokens,
+              bool hash_routed, ThreadPool* pool) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int E = c.n_routed_experts, K = c.n_experts_per_token;
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  kernels::matmul(w.gate, x, T, logits.data(), kernels::Numerics::kReference, pool);
+  Routing r;
+  r.experts.resize(static_cast<size_t>(T * K));
+  r.weights.resize(static_cast<size_t>(T * K));
+  std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int e = 0; e < E; ++e) score[e] = std::sqrt(ops::softplus(logits[t * E + e]));
+    int32_t* chosen = r.experts.data() + t * K;
+    if (hash_routed) {
+      std::copy_n(w.tid2eid.data() + int64_t(tokens[t]) * K, K, chosen);
+    } else {
+      for (int e = 0; e < E; ++e) biased[e] = score[e] + w.bias[e];
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+        return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+      });
+      std::copy_n(order.begin(), K, chosen);
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += score[chosen[k]];
+    for (int k = 0; k < K; ++k)
+      r.weights[t * K + k] = score[chosen[k]] / (sum + 1e-20f) * static_cast<float>(c.routed_scaling_factor);
+  }
+  return r;
+}
+
+void moe(const ModelConfig& c, const LayerWeights& L, const float* x, std::span<const int32_t> tokens,
+         kernels::Numerics numerics, ThreadPool* pool, ExpertProvider& experts, float* out) {
+  const MoeWeights& w = L.moe;
+  const int64_t T = static_cast<int64_t>(tokens.size()), D = c.hidden_size;
+  const int E = c.n_routed_experts, K = c.n_experts_per_token;
+  const float limit = static_cast<float>(c.swiglu_limit);
+  Routing r = route(c, w, x, tokens, L.spec.hash_routed, pool);
+
+  // Group the chunk's (token, slot) pairs by expert.
+  std::vector<std::vector<int64_t>> users(static_cast<size_t>(E));  // entries: t*K + k
+  for (int64_t i = 0; i < T * K; ++i) users[r.experts[i]].push_back(i);
+  std::vector<int> needed;
+  for (int e = 0; e < E; ++e)
+    if (!users[e].empty()) needed.push_back(e);
+  experts.prefetch(L.spec.index, needed);
+
+  std::fill(out, out + T * D, 0.0f);
+  std::vector<float> xs, ys;
+  for (int e : needed) {
+    const std::vector<int64_t>& u = users[e];
+    const int64_t n = static_cast<int64_t>(u.size());
+    xs.resize(static_cast<size_t>(n * D));
+    ys.resize(static_cast<size_t>(n * D));
+    for (int64_t i = 0; i < n; ++i) std::copy_n(x + (u[i] / K) * D, D, xs.data() + i * D);
+    const ExpertWeights& ew = experts.acquire(L.spec.index, e);
+    feed_forward(ew.w1, ew.w3, ew.w2, xs.data(), n, limit, numerics, pool, ys.data());
+    experts.release(L.spec.index, e);
+    // Ascending expert id per token, as the reference accumulates.
+    for (int64_t i = 0; i < n; ++i) {
+      const float weight = r.weights[u[i]];
+      float* o = out + (u[i] / K) * D;
+      const float* y = ys.data() + i * D;
+      for (int64_t d = 0; d < D; ++d) o[d] += y[d] * weight;
+    }
+  }
+
+  std::vector<float> shared(static_cast<size_t>(T * D));
+  feed_forward(w.shared_w1, w.shared_w3, w.shared_w2, x, T, limit, numerics, pool, shared.data());
+  for (int64_t i = 0; i < T * D; ++i) out[i] += shared[i];
+}
+
+}  // namespace dsv4

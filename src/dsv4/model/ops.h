@@ -1,0 +1,27 @@
+// Small element-wise operations of the forward pass, in float32. They are compiled once
+// (no per-ISA variants), so they give the same bits whatever kernel path is active.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace dsv4::ops {
+
+// out = x * rsqrt(mean(x^2) + eps) * weight   (weight may be null: unweighted)
+inline void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+  if (weight) {
+    for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * scale);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+  }
+}
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// torch.nn.functional.softplus with beta 1 and threshold 20.
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace dsv4::ops

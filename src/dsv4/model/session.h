@@ -1,0 +1,39 @@
+// Everything one sequence carries from token to token. Sessions are plain values: copy one
+// to fork a conversation (prefix reuse) — the engine's weights are shared, never copied.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsv4 {
+
+// Compressor state of one layer (main compressor or the indexer's own compressor).
+struct CompressorState {
+  // Raw projections of the tokens of the current, not yet complete window; `pending` rows
+  // are filled (row = position mod ratio). Gates include the window-slot bias (ape).
+  std::vector<float> pending_kv;    // [ratio, coff*dim]
+  std::vector<float> pending_gate;  // [ratio, coff*dim]
+  // CSA: the A half (first `dim` features) of the last complete window, which the next
+  // entry pools together with its own B half.
+  std::vector<float> previous_kv;    // [ratio, dim]
+  std::vector<float> previous_gate;  // [ratio, dim]
+  bool has_previous = false;
+  // Emitted entries, one per complete window: [n_entries, dim].
+  std::vector<float> entries;
+  int64_t n_entries = 0;
+};
+
+struct LayerState {
+  // Sliding window of the last (window - 1) normalized, roped kv rows; row = pos mod window.
+  std::vector<float> window_kv;  // [window, head_dim]
+  CompressorState compressor;    // CSA / HCA layers
+  CompressorState indexer;       // CSA layers: keys of the lightning indexer
+};
+
+struct SessionState {
+  int64_t position = 0;          // tokens fed so far
+  std::vector<int32_t> tokens;   // the tokens fed so far, in order
+  std::vector<LayerState> layers;
+};
+
+}  // namespace dsv4
