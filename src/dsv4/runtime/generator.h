@@ -1,0 +1,73 @@
+// One generation: prefill the prompt into a session (reusing what the session already
+// holds), then sample token by token until a stop condition. Text comes out through a
+// callback as soon as it is final: text that could still turn into a stop string is held
+// back until the match resolves either way.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dsv4/model/engine.h"
+#include "dsv4/runtime/sampler.h"
+
+namespace dsv4 {
+
+enum class FinishReason { kStop, kLength, kContextLimit, kCancelled };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "context_limit", "cancelled"
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;            // the whole sequence the model should see
+  SamplingParams sampling;
+  int64_t max_tokens = 512;
+  std::vector<int32_t> stop_ids;          // e.g. the end-of-sentence token (not emitted as text)
+  std::vector<std::string> stop_strings;  // generation ends before the first occurrence
+  int64_t context_limit = 0;              // 0 = the model's max_position_embeddings
+  int64_t chunk = 0;                      // prefill chunk (0 = automatic)
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  int64_t reused_tokens = 0;  // prompt tokens already in the session (not prefilled again)
+  int64_t generated_tokens = 0;
+  double ttft_s = 0;      // request start to the first generated token
+  double prefill_s = 0;
+  double decode_s = 0;    // after the first token
+  uint64_t expert_requests = 0, expert_hits = 0, bytes_read = 0;
+  uint64_t peak_rss_bytes = 0;
+  uint64_t seed = 0;
+
+  double prefill_tok_s() const;
+  double decode_tok_s() const;
+  double hit_rate() const;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated ids (a final stop id included)
+  std::string text;             // the emitted text (stop string and stop ids excluded)
+  FinishReason finish = FinishReason::kLength;
+  GenerationStats stats;
+};
+
+struct GenerationCallbacks {
+  // Token id -> text that became complete (an incremental detokenizer). Required.
+  std::function<std::string(int32_t)> detokenize;
+  // Flushes any incomplete trailing bytes at the end (optional).
+  std::function<std::string()> flush;
+  std::function<void(const std::string&)> on_text;                     // optional
+  std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // optional
+  const std::atomic<bool>* cancel = nullptr;                           // optional
+};
+
+// Runs a generation in `session`. If the session's tokens are a prefix of the prompt only
+// the rest is prefilled; otherwise the session is reset first. Throws Error when the
+// prompt alone exceeds the context limit.
+GenerationResult generate(Engine& engine, SessionState& session, const GenerationRequest& request,
+                          const GenerationCallbacks& callbacks);
+
+// Peak resident set size of this process so far (bytes).
+uint64_t peak_rss_bytes();
+
+}  // namespace dsv4

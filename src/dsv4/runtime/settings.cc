@@ -1,0 +1,109 @@
+#include "dsv4/runtime/settings.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dsv4/util/error.h"
+
+namespace dsv4 {
+
+const std::vector<Setting>& all_settings() {
+  static const std::vector<Setting> kSettings = {
+      {"model", "--model", "DSV4_MODEL", "path", "", "checkpoint directory (run/chat/serve default to the demo model)"},
+      {"ram", "--ram", "DSV4_RAM", "size", "auto",
+       "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (a safe share of available memory)"},
+      {"threads", "--threads", "DSV4_THREADS", "int", "0", "compute threads (0 = all CPUs)"},
+      {"numerics", "--numerics", "DSV4_NUMERICS", "string", "fast",
+       "reference (float32 activations) or fast (quantized activations)"},
+      {"chunk", "--chunk", "DSV4_CHUNK", "int", "0", "prefill chunk size in tokens (0 = automatic)"},
+      {"ctx", "--ctx", "DSV4_CTX", "int", "0", "context limit in tokens (0 = the model's maximum)"},
+      {"temperature", "--temperature", "DSV4_TEMPERATURE", "float", "", "sampling temperature (0 = greedy); default from generation_config.json"},
+      {"top_p", "--top-p", "DSV4_TOP_P", "float", "", "nucleus sampling mass; default from generation_config.json"},
+      {"top_k", "--top-k", "DSV4_TOP_K", "int", "0", "keep the k most likely tokens (0 = off)"},
+      {"min_p", "--min-p", "DSV4_MIN_P", "float", "0", "drop tokens less likely than min_p x the top probability"},
+      {"repetition_penalty", "--repetition-penalty", "DSV4_REPETITION_PENALTY", "float", "1", "penalty for tokens already in the context (1 = off)"},
+      {"seed", "--seed", "DSV4_SEED", "int", "", "random seed (default: random, printed in the stats)"},
+      {"max_tokens", "--max-tokens", "DSV4_MAX_TOKENS", "int", "512", "stop after this many generated tokens"},
+      {"stop", "--stop", "", "list", "", "stop when this text is generated (repeatable)"},
+      {"host", "--host", "DSV4_HOST", "string", "127.0.0.1", "address the server binds to"},
+      {"port", "--port", "DSV4_PORT", "int", "8080", "port the server listens on"},
+      {"api_key", "--api-key", "DSV4_API_KEY", "string", "", "require this bearer token on API requests"},
+      {"max_queue", "--max-queue", "DSV4_MAX_QUEUE", "int", "8", "requests allowed to wait for the engine before 429"},
+      {"demo_dir", "", "DSV4_DEMO_DIR", "path", "~/.cache/dsv4/demo", "where the built-in demo model is created"},
+      {"kernels", "", "DSV4_KERNELS", "string", "auto", "force a kernel path: scalar, avx2 or avx512"},
+      {"test_tmp", "", "DSV4_TEST_TMP", "path", "", "scratch directory for the test suite"},
+      {"fuzz_seconds", "", "DSV4_FUZZ_SECONDS", "int", "30", "scripts/test.sh: seconds per fuzz target"},
+      {"skip_asan", "", "DSV4_SKIP_ASAN", "bool", "0", "scripts/test.sh: skip the sanitizer build"},
+      {"setup_browser", "", "DSV4_SETUP_BROWSER", "bool", "1", "scripts/setup.sh: install Chromium for the web tests"},
+  };
+  return kSettings;
+}
+
+const Setting& setting(std::string_view key) {
+  for (const Setting& s : all_settings())
+    if (s.key == key) return s;
+  fail("internal: no setting named {}", key);
+}
+
+namespace {
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const std::string& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  // Close enough to be a typo: at most a third of the word's length, and at least 1 edit allowed.
+  if (best_d > std::max<size_t>(2, word.size() / 3)) return "";
+  return best;
+}
+
+std::vector<std::string> unknown_environment(char** environ) {
+  std::vector<std::string> known;
+  for (const Setting& s : all_settings())
+    if (!s.env.empty()) known.push_back(s.env);
+  std::vector<std::string> problems;
+  for (char** e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, "DSV4_", 5) != 0) continue;
+    const char* eq = std::strchr(*e, '=');
+    std::string name(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string guess = closest_match(name, known);
+    problems.push_back(guess.empty() ? fmt::format("unknown environment variable {}", name)
+                                     : fmt::format("unknown environment variable {} (did you mean {}?)", name, guess));
+  }
+  return problems;
+}
+
+std::string describe_settings() {
+  std::string out;
+  for (const Setting& s : all_settings()) {
+    std::string names = s.flag;
+    if (!s.env.empty()) names += (names.empty() ? "" : " / ") + s.env;
+    out += fmt::format("{:<42} {:<7} {:<20} {}\n", names, s.type, s.fallback.empty() ? "-" : s.fallback, s.help);
+  }
+  return out;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,247 @@
+// Sampling and the generation loop (token level; text comes from a stand-in detokenizer).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dsv4/model/engine.h"
+#include "dsv4/runtime/generator.h"
+#include "dsv4/runtime/sampler.h"
+#include "dsv4/runtime/settings.h"
+#include "dsv4/util/error.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  std::vector<float> logits = {0.1f, 2.0f, -1.0f, 2.0f};
+  EXPECT_EQ(s.sample(logits, {}), 1);
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; ++i) logits[i] = std::sin(i * 0.7f) * 3;
+  auto draw = [&](uint64_t seed) {
+    SamplingParams p;
+    p.temperature = 1.3f;
+    p.seed = seed;
+    Sampler s(p);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 200; ++i) out.push_back(s.sample(logits, {}));
+    return out;
+  };
+  EXPECT_EQ(draw(42), draw(42));
+  EXPECT_NE(draw(42), draw(43));
+}
+
+TEST(Sampler, TopKTopPMinPRestrictTheCandidates) {
+  std::vector<float> logits = {5.0f, 4.0f, 3.0f, 0.0f, -1.0f};
+  for (int trial = 0; trial < 300; ++trial) {
+    SamplingParams k;
+    k.top_k = 2;
+    k.seed = trial;
+    EXPECT_LT(Sampler(k).sample(logits, {}), 2);
+    SamplingParams p;
+    p.top_p = 0.5f;  // the top token alone has ~0.66 of the mass
+    p.seed = trial;
+    EXPECT_EQ(Sampler(p).sample(logits, {}), 0);
+    SamplingParams m;
+    m.min_p = 0.3f;  // keeps tokens with p >= 0.3 * p(top): ids 0 and 1
+    m.seed = trial;
+    EXPECT_LT(Sampler(m).sample(logits, {}), 2);
+  }
+}
+
+TEST(Sampler, RepetitionPenaltyAppliesOncePerToken) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  std::vector<float> logits = {3.0f, 2.0f, -1.0f};
+  // Token 0 seen three times: 3/2 = 1.5 < 2, so token 1 wins; applied once, not three times.
+  std::vector<int32_t> history = {0, 0, 0};
+  EXPECT_EQ(Sampler(p).sample(logits, history), 1);
+  std::vector<float> close = {3.0f, 1.4f};
+  EXPECT_EQ(Sampler(p).sample(close, history), 0);
+}
+
+TEST(Sampler, RejectsBadParameters) {
+  SamplingParams p;
+  p.top_p = 0;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.temperature = -1;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.repetition_penalty = std::nanf("");
+  EXPECT_THROW(p.validate(), Error);
+}
+
+TEST(Sampler, DefaultsFromGenerationConfig) {
+  SamplingParams p = sampling_defaults_from(test::fixture("tiny-a") + "/generation_config.json");
+  EXPECT_EQ(p.temperature, 1.0f);
+  EXPECT_EQ(p.top_p, 1.0f);
+  test::TempDir tmp;
+  test::write_file(tmp / "g.json", R"({"do_sample": false, "temperature": 0.6})");
+  EXPECT_TRUE(sampling_defaults_from(tmp / "g.json").greedy());
+  test::write_file(tmp / "bad.json", R"({"top_p": 7})");
+  EXPECT_THROW(sampling_defaults_from(tmp / "bad.json"), Error);
+}
+
+class GeneratorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions o;
+    o.numerics = kernels::Numerics::kReference;
+    engine_ = Engine::open(test::fixture("tiny-a"), o);
+  }
+  // Each token becomes "<id>" so stop strings can be placed on token boundaries or inside them.
+  GenerationCallbacks callbacks(std::string* streamed) {
+    GenerationCallbacks cb;
+    cb.detokenize = [](int32_t id) { return "<" + std::to_string(id) + ">"; };
+    cb.on_text = [streamed](const std::string& t) { *streamed += t; };
+    return cb;
+  }
+  std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int n) {
+    SessionState s = engine_->new_session();
+    std::vector<float> logits(engine_->config().vocab_size);
+    engine_->forward(s, prompt, logits.data(), false);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      int32_t best = 0;
+      for (int v = 1; v < engine_->config().vocab_size; ++v)
+        if (logits[v] > logits[best]) best = v;
+      out.push_back(best);
+      engine_->forward(s, std::span<const int32_t>(&best, 1), logits.data(), false);
+    }
+    return out;
+  }
+  std::unique_ptr<Engine> engine_;
+  std::vector<int32_t> prompt_ = {496, 499, 84, 101, 288, 301, 101, 390};
+};
+
+TEST_F(GeneratorTest, GreedyMatchesArgmaxDecodingAndMaxTokens) {
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.sampling.temperature = 0;
+  r.max_tokens = 10;
+  std::string streamed;
+  SessionState s = engine_->new_session();
+  GenerationResult g = generate(*engine_, s, r, callbacks(&streamed));
+  EXPECT_EQ(g.tokens, greedy_ids(prompt_, 10));
+  EXPECT_EQ(g.finish, FinishReason::kLength);
+  EXPECT_EQ(streamed, g.text);
+  EXPECT_EQ(g.stats.generated_tokens, 10);
+  EXPECT_EQ(s.position, static_cast<int64_t>(prompt_.size()) + 9);  // the last token is not fed
+}
+
+TEST_F(GeneratorTest, StopStringIsHeldBackAndExcluded) {
+  std::vector<int32_t> ids = greedy_ids(prompt_, 6);
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.sampling.temperature = 0;
+  r.max_tokens = 20;
+  // Stop in the middle of token 3's text: "<id3" + ">" ... the stop string spans a boundary.
+  std::string before = "<" + std::to_string(ids[0]) + "><" + std::to_string(ids[1]) + ">";
+  r.stop_strings = {std::to_string(ids[1]) + "><" + std::to_string(ids[2])};
+  std::string streamed;
+  SessionState s = engine_->new_session();
+  GenerationResult g = generate(*engine_, s, r, callbacks(&streamed));
+  EXPECT_EQ(g.finish, FinishReason::kStop);
+  EXPECT_EQ(g.text, "<" + std::to_string(ids[0]) + "><");
+  EXPECT_EQ(streamed, g.text);
+  EXPECT_EQ(g.tokens.size(), 3u);
+}
+
+TEST_F(GeneratorTest, StopIdEndsWithoutText) {
+  std::vector<int32_t> ids = greedy_ids(prompt_, 4);
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.sampling.temperature = 0;
+  r.max_tokens = 20;
+  r.stop_ids = {ids[2]};
+  std::string streamed;
+  SessionState s = engine_->new_session();
+  GenerationResult g = generate(*engine_, s, r, callbacks(&streamed));
+  EXPECT_EQ(g.finish, FinishReason::kStop);
+  EXPECT_EQ(g.tokens.size(), 3u);
+  EXPECT_EQ(g.text, "<" + std::to_string(ids[0]) + "><" + std::to_string(ids[1]) + ">");
+}
+
+TEST_F(GeneratorTest, ContextLimit) {
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.sampling.temperature = 0;
+  r.max_tokens = 100;
+  r.context_limit = 12;
+  std::string streamed;
+  SessionState s = engine_->new_session();
+  GenerationResult g = generate(*engine_, s, r, callbacks(&streamed));
+  EXPECT_EQ(g.finish, FinishReason::kContextLimit);
+  EXPECT_EQ(s.position, 12);
+  EXPECT_EQ(g.tokens.size(), 5u);  // positions 8..11 fed, plus the token sampled from the last logits
+
+  r.context_limit = 8;
+  SessionState s2 = engine_->new_session();
+  try {
+    generate(*engine_, s2, r, callbacks(&streamed));
+    FAIL() << "expected the too-long prompt to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the prompt has 8 tokens, which does not fit the context limit of 8"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(GeneratorTest, ReusesTheSessionPrefix) {
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.sampling.temperature = 0;
+  r.max_tokens = 3;
+  std::string streamed;
+  SessionState s = engine_->new_session();
+  GenerationResult first = generate(*engine_, s, r, callbacks(&streamed));
+  // Next turn: everything the session saw plus a few new tokens.
+  GenerationRequest next = r;
+  next.prompt = s.tokens;
+  next.prompt.push_back(first.tokens.back());
+  next.prompt.insert(next.prompt.end(), {499, 84, 101});
+  GenerationResult second = generate(*engine_, s, next, callbacks(&streamed));
+  EXPECT_EQ(second.stats.reused_tokens, static_cast<int64_t>(prompt_.size()) + 2);
+  // Same tokens as a fresh session on the full prompt.
+  SessionState fresh = engine_->new_session();
+  GenerationResult again = generate(*engine_, fresh, next, callbacks(&streamed));
+  EXPECT_EQ(again.stats.reused_tokens, 0);
+  EXPECT_EQ(again.tokens, second.tokens);
+}
+
+TEST_F(GeneratorTest, CancelStopsPromptly) {
+  std::atomic<bool> cancel{true};
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.max_tokens = 50;
+  std::string streamed;
+  auto cb = callbacks(&streamed);
+  cb.cancel = &cancel;
+  SessionState s = engine_->new_session();
+  GenerationResult g = generate(*engine_, s, r, cb);
+  EXPECT_EQ(g.finish, FinishReason::kCancelled);
+  EXPECT_TRUE(g.tokens.empty());
+}
+
+TEST(Settings, UnknownEnvironmentGetsASuggestion) {
+  std::string a = "DSV4_RAMM=8G", b = "DSV4_THREADS=2", c = "PATH=/bin", d = "DSV4_ZZZZZZZZZZ=1";
+  char* env[] = {a.data(), b.data(), c.data(), d.data(), nullptr};
+  std::vector<std::string> problems = unknown_environment(env);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0], "unknown environment variable DSV4_RAMM (did you mean DSV4_RAM?)");
+  EXPECT_EQ(problems[1], "unknown environment variable DSV4_ZZZZZZZZZZ");
+  EXPECT_EQ(closest_match("--temprature", {"--temperature", "--top-p"}), "--temperature");
+  EXPECT_EQ(setting("ram").env, "DSV4_RAM");
+  EXPECT_THROW(setting("no-such-setting"), Error);
+}
+
+}  // namespace
+}  // namespace dsv4
