@@ -16,6 +16,12 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("dir", inspect.dir, "checkpoint directory")->required();
   inspect_cmd->add_flag("--json", inspect.json, "print JSON");
 
+  dsv4::cli::TokenizeOptions tokenize;
+  auto* tokenize_cmd = app.add_subcommand("tokenize", "encode stdin to token ids, or decode ids to text");
+  tokenize_cmd->add_option("-t,--tokenizer", tokenize.tokenizer, "tokenizer.json")->required();
+  tokenize_cmd->add_flag("--jsonl", tokenize.jsonl, "one JSON string (or, with --decode, one JSON array of ids) per line");
+  tokenize_cmd->add_flag("--decode", tokenize.decode, "ids in, text out");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -23,6 +29,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*inspect_cmd) return dsv4::cli::inspect(inspect);
+    if (*tokenize_cmd) return dsv4::cli::tokenize(tokenize);
   } catch (const dsv4::Error& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());
     return 1;
