@@ -12,6 +12,14 @@ struct InspectOptions {
 };
 int inspect(const InspectOptions& o);
 
+// dsv4 tokenize: text on stdin -> token ids (or ids -> text with decode). See tokenize.cc.
+struct TokenizeOptions {
+  std::string tokenizer;  // path of tokenizer.json
+  bool jsonl = false;
+  bool decode = false;
+};
+int tokenize(const TokenizeOptions& o);
+
 }  // namespace dsv4::cli
 
 namespace dsv4::cli {

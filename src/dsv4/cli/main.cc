@@ -39,6 +39,12 @@ int main(int argc, char** argv) {
   gen_cmd->add_flag("--print-ids", gen.print_ids, "print the generated ids comma-separated");
   gen_cmd->add_option("--chunk", gen.chunk, "prefill chunk size (0 = whole prompt)")->check(CLI::Range(0, 1 << 30));
 
+  dsv4::cli::TokenizeOptions tokenize;
+  auto* tokenize_cmd = app.add_subcommand("tokenize", "encode stdin to token ids, or decode ids to text");
+  tokenize_cmd->add_option("-t,--tokenizer", tokenize.tokenizer, "tokenizer.json")->required();
+  tokenize_cmd->add_flag("--jsonl", tokenize.jsonl, "one JSON string (or, with --decode, one JSON array of ids) per line");
+  tokenize_cmd->add_flag("--decode", tokenize.decode, "ids in, text out");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -48,6 +54,8 @@ int main(int argc, char** argv) {
     if (*inspect_cmd) return dsv4::cli::inspect(inspect);
     if (*score_cmd) return dsv4::cli::score(score);
     if (*gen_cmd) return dsv4::cli::generate(gen);
+
+    if (*tokenize_cmd) return dsv4::cli::tokenize(tokenize);
   } catch (const dsv4::Error& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());
     return 1;

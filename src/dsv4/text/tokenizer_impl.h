@@ -1,0 +1,50 @@
+// Internal state of a loaded Tokenizer, shared by the loader (tokenizer_loader.cc) and the
+// encode/decode code (tokenizer.cc). Not part of the public interface.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dsv4/text/added_tokens.h"
+#include "dsv4/text/bpe_model.h"
+#include "dsv4/text/pre_tokenizer.h"
+#include "dsv4/text/tokenizer.h"
+
+namespace dsv4::text {
+
+struct Tokenizer::Impl {
+  std::string source;  // file name, for error messages
+
+  std::unique_ptr<BpeModel> bpe;
+  RegexSplitter splitter;
+  // Added tokens are looked for in two passes, as Hugging Face does: first those declared with
+  // normalized=false, then (in the remaining text) those with normalized=true.
+  AddedTokenMatcher raw_added;
+  AddedTokenMatcher normalized_added;
+
+  // Per id (index = id); absent ids have present[id] == false.
+  std::vector<bool> present;
+  std::vector<bool> added;
+  std::vector<bool> special;
+  std::vector<std::string> spelling;  // tokenizer.json spelling (vocab key or added-token text)
+  std::vector<std::string> bytes;     // what the ByteLevel decoder turns the token into
+
+  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> added_by_text;
+  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> vocab_by_spelling;
+
+  std::optional<TokenId> bos;
+  std::optional<TokenId> eos;
+
+  void encode_plain(std::string_view text, std::vector<std::string_view>& pieces, std::vector<TokenId>& out) const;
+  void encode_normalized(std::string_view text, std::vector<std::string_view>& pieces, std::vector<TokenId>& out) const;
+  const std::string& bytes_of(TokenId id) const;
+};
+
+// Parses tokenizer.json (and optionally tokenizer_config.json) into a ready Impl.
+std::unique_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json, const std::string& source,
+                                                std::string_view config_json, const std::string& config_source);
+
+}  // namespace dsv4::text
