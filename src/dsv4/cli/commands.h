@@ -2,7 +2,10 @@
 // calls one of these; each returns the process exit code.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace dsv4::cli {
 
@@ -20,22 +23,19 @@ struct TokenizeOptions {
 };
 int tokenize(const TokenizeOptions& o);
 
-}  // namespace dsv4::cli
-
-namespace dsv4::cli {
-
 // Options shared by every command that loads a model.
 struct ModelOptions {
-  std::string dir;
+  std::string dir;                // empty: the built-in demo model (run, chat, serve)
   std::string numerics = "fast";  // reference | fast
   int threads = 0;
+  int64_t chunk = 0;              // prefill chunk (0 = automatic)
+  int64_t ctx = 0;                // context limit (0 = the model's)
 };
 
 struct ScoreOptions {
   ModelOptions model;
   std::string tokens_file;
   std::string logits_out;
-  int64_t chunk = 0;
 };
 int score(const ScoreOptions& o);
 
@@ -45,8 +45,39 @@ struct GenerateOptions {
   int64_t n = 16;
   bool greedy = true;
   bool print_ids = true;
-  int64_t chunk = 0;
 };
 int generate(const GenerateOptions& o);
+
+// Sampling flags; unset ones come from the checkpoint's generation_config.json.
+struct SamplingOptions {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  int64_t max_tokens = 512;
+  std::vector<std::string> stop;
+};
+
+struct ChatStyle {
+  std::string system;
+  bool think = false;
+  std::string effort;  // "", "high", "max"
+};
+
+struct RunOptions {
+  ModelOptions model;
+  SamplingOptions sampling;
+  ChatStyle style;
+  std::vector<std::string> prompt;  // joined with spaces
+  bool raw = false;
+  bool json = false;
+};
+int run(const RunOptions& o);
+
+struct ChatOptions {
+  ModelOptions model;
+  SamplingOptions sampling;
+  ChatStyle style;
+};
+int chat(const ChatOptions& o);
 
 }  // namespace dsv4::cli

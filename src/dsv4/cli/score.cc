@@ -4,61 +4,20 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "dsv4/cli/commands.h"
-#include "dsv4/model/engine.h"
+#include "dsv4/cli/common.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 
 namespace dsv4::cli {
-namespace {
-
-kernels::Numerics parse_numerics(const std::string& s) {
-  if (s == "reference") return kernels::Numerics::kReference;
-  if (s == "fast") return kernels::Numerics::kFast;
-  fail("--numerics must be \"reference\" or \"fast\", got \"{}\"", s);
-}
-
-// Token ids separated by whitespace and/or commas.
-std::vector<int32_t> parse_token_list(const std::string& text, const std::string& what) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i < text.size()) {
-    char ch = text[i];
-    if (ch == ',' || ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
-      ++i;
-      continue;
-    }
-    if (ch < '0' || ch > '9') fail("{}: unexpected character '{}' at offset {} (expected token ids)", what, ch, i);
-    int64_t v = 0;
-    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-      v = v * 10 + (text[i] - '0');
-      if (v > 2'000'000'000) fail("{}: token id at offset {} is too large", what, i);
-      ++i;
-    }
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) fail("{}: no token ids", what);
-  return ids;
-}
-
-std::unique_ptr<Engine> open_engine(const ModelOptions& m) {
-  EngineOptions eo;
-  eo.numerics = parse_numerics(m.numerics);
-  eo.threads = m.threads;
-  return Engine::open(m.dir, eo);
-}
-
-}  // namespace
 
 int score(const ScoreOptions& o) {
-  std::vector<int32_t> tokens = parse_token_list(read_small_file(o.tokens_file, 256 << 20), o.tokens_file);
+  std::vector<int32_t> tokens = parse_token_ids(read_small_file(o.tokens_file, 256 << 20), o.tokens_file);
+  if (tokens.empty()) fail("{}: no token ids", o.tokens_file);
   auto engine = open_engine(o.model);
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(tokens.size() * static_cast<size_t>(V));
   SessionState s = engine->new_session();
-  engine->forward(s, tokens, logits.data(), /*all_positions=*/true, o.chunk);
+  engine->forward(s, tokens, logits.data(), /*all_positions=*/true, o.model.chunk);
   // Write to a temporary name first so a failed run never leaves a truncated file behind.
   const std::string tmp = o.logits_out + ".partial";
   {
@@ -73,13 +32,13 @@ int score(const ScoreOptions& o) {
 
 int generate(const GenerateOptions& o) {
   if (!o.greedy) fail("generate: only --greedy is supported here; use dsv4 run for sampling");
-  if (o.n < 0) fail("-n must be >= 0");
-  std::vector<int32_t> prompt = parse_token_list(o.tokens, "--tokens");
+  std::vector<int32_t> prompt = parse_token_ids(o.tokens, "--tokens");
+  if (prompt.empty()) fail("--tokens: no token ids");
   auto engine = open_engine(o.model);
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
   SessionState s = engine->new_session();
-  engine->forward(s, prompt, logits.data(), /*all_positions=*/false, o.chunk);
+  engine->forward(s, prompt, logits.data(), /*all_positions=*/false, o.model.chunk);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < o.n; ++i) {
     int32_t best = 0;

@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "dsv4/cli/commands.h"
+#include "dsv4/cli/common.h"
 #include "dsv4/text/tokenizer.h"
 #include "dsv4/util/error.h"
 
@@ -34,27 +34,6 @@ std::string join_ids(const std::vector<TokenId>& ids, const char* separator) {
     out += std::to_string(ids[i]);
   }
   return out;
-}
-
-std::vector<TokenId> parse_id_list(const std::string& input) {
-  std::vector<TokenId> ids;
-  size_t i = 0;
-  while (i < input.size()) {
-    const char c = input[i];
-    if (c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-      ++i;
-      continue;
-    }
-    if (c < '0' || c > '9') fail("stdin: expected token ids separated by commas, found {:?} at byte {}", std::string(1, c), i);
-    int64_t value = 0;
-    while (i < input.size() && input[i] >= '0' && input[i] <= '9') {
-      value = value * 10 + (input[i] - '0');
-      if (value > INT32_MAX) fail("stdin: token id at byte {} is too large", i);
-      ++i;
-    }
-    ids.push_back(static_cast<TokenId>(value));
-  }
-  return ids;
 }
 
 std::vector<TokenId> json_id_array(const nlohmann::json& j, size_t line_no) {
@@ -85,7 +64,7 @@ int tokenize(const TokenizeOptions& o) {
   if (!o.jsonl) {
     const std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
     if (o.decode) {
-      const std::string out = tokenizer.decode(parse_id_list(input));
+      const std::string out = tokenizer.decode(parse_token_ids(input, "stdin"));
       std::fwrite(out.data(), 1, out.size(), stdout);
     } else {
       const std::string out = join_ids(tokenizer.encode(input), ",") + "\n";

@@ -1,6 +1,7 @@
 #include "dsv4/runtime/settings.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -11,7 +12,7 @@ namespace dsv4 {
 
 const std::vector<Setting>& all_settings() {
   static const std::vector<Setting> kSettings = {
-      {"model", "--model", "DSV4_MODEL", "path", "", "checkpoint directory (run/chat/serve default to the demo model)"},
+      {"model", "-m,--model", "DSV4_MODEL", "path", "", "checkpoint directory (run/chat/serve default to the demo model)"},
       {"ram", "--ram", "DSV4_RAM", "size", "auto",
        "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (a safe share of available memory)"},
       {"threads", "--threads", "DSV4_THREADS", "int", "0", "compute threads (0 = all CPUs)"},
@@ -94,6 +95,13 @@ std::vector<std::string> unknown_environment(char** environ) {
                                      : fmt::format("unknown environment variable {} (did you mean {}?)", name, guess));
   }
   return problems;
+}
+
+std::string env_value(std::string_view key) {
+  const Setting& s = setting(key);
+  if (s.env.empty()) return "";
+  const char* v = std::getenv(s.env.c_str());
+  return v ? v : "";
 }
 
 std::string describe_settings() {

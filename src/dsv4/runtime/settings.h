@@ -29,6 +29,9 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 // Returns one error line per DSV4_* variable in `environ` that no setting knows.
 std::vector<std::string> unknown_environment(char** environ);
 
+// The value of a setting's environment variable, or "" when unset or env-less.
+std::string env_value(std::string_view key);
+
 // Human-readable table of every setting (for `dsv4 settings`).
 std::string describe_settings();
 

@@ -1,0 +1,292 @@
+// dsv4 run (one prompt, streamed) and dsv4 chat (multi-turn REPL that keeps the session
+// between turns, so each turn prefills only its new tokens).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dsv4/cli/common.h"
+#include "dsv4/text/chat_format.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/progress.h"
+
+namespace dsv4::cli {
+namespace {
+
+namespace chat = text::chat;
+
+// Ctrl-C: the first press cancels the running answer, a second one exits. A signal handler
+// can only talk to the program through lock-free atomics, hence these two globals.
+std::atomic<bool> g_cancel{false};
+std::atomic<int> g_interrupts{0};
+
+void on_sigint(int) {
+  g_cancel.store(true);
+  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+}
+
+void install_sigint() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocked read returns EINTR
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+chat::EncodeOptions encode_options(const ChatStyle& style, bool add_bos) {
+  chat::EncodeOptions e;
+  e.thinking_mode = style.think ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
+  if (style.effort == "high") e.reasoning_effort = chat::ReasoningEffort::kHigh;
+  else if (style.effort == "max") e.reasoning_effort = chat::ReasoningEffort::kMax;
+  else if (!style.effort.empty()) fail("--effort must be \"high\" or \"max\", got \"{}\"", style.effort);
+  e.add_bos = add_bos;
+  // Keep earlier reasoning in the prompt: the session already holds it, so the next turn
+  // reuses every token instead of re-prefilling a rewritten history.
+  e.drop_thinking = false;
+  return e;
+}
+
+GenerationRequest make_request(const LoadedModel& lm, const ModelOptions& m, const SamplingOptions& s) {
+  GenerationRequest r;
+  r.sampling = sampling_params(lm.dir, s);
+  r.max_tokens = s.max_tokens;
+  r.stop_strings = s.stop;
+  r.stop_ids = {static_cast<int32_t>(lm.engine->config().eos_token_id)};
+  r.context_limit = m.ctx;
+  r.chunk = m.chunk;
+  return r;
+}
+
+void announce_demo(const LoadedModel& lm) {
+  if (lm.demo)
+    fmt::print(stderr, "dsv4: no -m given: using the built-in demo model in {} (random weights, so its text is gibberish)\n",
+               lm.dir);
+}
+
+struct Streamed {
+  GenerationResult result;
+  bool ends_with_newline = true;
+};
+
+// Runs one generation, streaming text to stdout unless `quiet`.
+Streamed stream_generation(LoadedModel& lm, SessionState& session, const GenerationRequest& req, bool quiet) {
+  text::IncrementalDecoder decoder(lm.tokenizer);
+  Progress progress("prefill", "tokens", static_cast<int64_t>(req.prompt.size()), 256);
+  GenerationCallbacks cb;
+  cb.detokenize = [&](int32_t id) { return decoder.push(id); };
+  cb.flush = [&] { return decoder.finish(); };
+  Streamed out;
+  cb.on_text = [&](const std::string& t) {
+    progress.finish();
+    if (quiet || t.empty()) return;
+    std::fwrite(t.data(), 1, t.size(), stdout);
+    std::fflush(stdout);
+    out.ends_with_newline = t.back() == '\n';
+  };
+  cb.on_prefill_progress = [&](int64_t done, int64_t total) {
+    (void)total;
+    progress.update(done);
+  };
+  g_cancel.store(false);
+  g_interrupts.store(0);
+  cb.cancel = &g_cancel;
+  out.result = generate(*lm.engine, session, req, cb);
+  progress.finish();
+  return out;
+}
+
+void report_finish(const GenerationResult& r, int64_t context_limit) {
+  if (r.finish == FinishReason::kContextLimit)
+    fmt::print(stderr, "dsv4: stopped: the context limit of {} tokens is reached\n", context_limit);
+  if (r.finish == FinishReason::kCancelled) fmt::print(stderr, "dsv4: stopped (interrupted)\n");
+}
+
+nlohmann::json stats_json(const GenerationStats& s) {
+  return {{"prompt_tokens", s.prompt_tokens},   {"reused_tokens", s.reused_tokens},
+          {"generated_tokens", s.generated_tokens}, {"ttft_s", s.ttft_s},
+          {"prefill_s", s.prefill_s},           {"decode_s", s.decode_s},
+          {"prefill_tok_s", s.prefill_tok_s()}, {"decode_tok_s", s.decode_tok_s()},
+          {"expert_requests", s.expert_requests}, {"expert_hit_rate", s.hit_rate()},
+          {"bytes_read", s.bytes_read},         {"peak_rss_bytes", s.peak_rss_bytes},
+          {"seed", s.seed}};
+}
+
+int64_t effective_context(const Engine& e, int64_t ctx) {
+  return ctx > 0 ? std::min(ctx, e.config().max_position_embeddings) : e.config().max_position_embeddings;
+}
+
+}  // namespace
+
+int run(const RunOptions& o) {
+  std::string prompt_text;
+  for (const std::string& part : o.prompt) prompt_text += (prompt_text.empty() ? "" : " ") + part;
+  if (o.prompt.empty()) {
+    if (isatty(0)) fail("no prompt: give it as an argument (dsv4 run \"...\") or on stdin");
+    prompt_text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  LoadedModel lm = load_model(o.model);
+  announce_demo(lm);
+  install_sigint();
+
+  GenerationRequest req = make_request(lm, o.model, o.sampling);
+  if (o.raw) {
+    // Plain continuation: BOS, then the text as is.
+    req.prompt = {static_cast<int32_t>(lm.engine->config().bos_token_id)};
+    std::vector<int32_t> ids = lm.tokenizer.encode(prompt_text);
+    req.prompt.insert(req.prompt.end(), ids.begin(), ids.end());
+  } else {
+    chat::Json messages = chat::Json::array();
+    if (!o.style.system.empty()) messages.push_back({{"role", "system"}, {"content", o.style.system}});
+    messages.push_back({{"role", "user"}, {"content", prompt_text}});
+    req.prompt = lm.tokenizer.encode(chat::encode_messages(messages, encode_options(o.style, true)));
+  }
+  SessionState session = lm.engine->new_session();
+  Streamed s = stream_generation(lm, session, req, o.json);
+  const GenerationResult& r = s.result;
+  if (o.json) {
+    nlohmann::json j = {{"text", r.text}, {"prompt_tokens", req.prompt}, {"tokens", r.tokens},
+                        {"finish_reason", finish_reason_name(r.finish)}, {"stats", stats_json(r.stats)}};
+    std::puts(j.dump().c_str());
+  } else if (!s.ends_with_newline) {
+    std::fputc('\n', stdout);
+  }
+  std::fflush(stdout);
+  report_finish(r, effective_context(*lm.engine, o.model.ctx));
+  fmt::print(stderr, "{}\n", stats_line(r.stats));
+  return r.finish == FinishReason::kCancelled ? 130 : 0;
+}
+
+namespace {
+
+// Reads one line from stdin with read(2) so Ctrl-C interrupts it. false on EOF or interrupt.
+bool read_line(std::string* line, bool* interrupted) {
+  line->clear();
+  *interrupted = false;
+  char ch;
+  for (;;) {
+    ssize_t n = ::read(0, &ch, 1);
+    if (n < 0 && errno == EINTR) {
+      *interrupted = true;
+      return false;
+    }
+    if (n <= 0) return !line->empty();
+    if (ch == '\n') return true;
+    *line += ch;
+  }
+}
+
+constexpr const char* kChatHelp =
+    "commands: /reset (forget the conversation), /system TEXT (set the system prompt and reset), /think (toggle "
+    "thinking mode), /stats (totals so far), /exit\n";
+
+}  // namespace
+
+int chat(const ChatOptions& o) {
+  LoadedModel lm = load_model(o.model);
+  announce_demo(lm);
+  install_sigint();
+  const bool tty = isatty(0) && isatty(1);
+  ChatStyle style = o.style;
+  const int32_t eos = static_cast<int32_t>(lm.engine->config().eos_token_id);
+  const int64_t limit = effective_context(*lm.engine, o.model.ctx);
+
+  SessionState session = lm.engine->new_session();
+  chat::Json history = chat::Json::array();  // messages already in the session
+  std::vector<int32_t> unfed;                 // tokens generated or implied but not yet fed
+  int turns = 0;
+  GenerationStats total;
+  if (tty) fmt::print(stderr, "dsv4 chat: {} ({}). {}", lm.dir, style.think ? "thinking" : "chat mode", kChatHelp);
+
+  for (;;) {
+    if (tty) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    std::string line;
+    bool interrupted;
+    g_interrupts.store(0);
+    if (!read_line(&line, &interrupted)) {
+      if (tty) std::fputc('\n', stdout);
+      break;
+    }
+    if (line.empty()) continue;
+    if (line[0] == '/') {
+      const std::string cmd = line.substr(0, line.find(' '));
+      const std::string arg = line.find(' ') == std::string::npos ? "" : line.substr(line.find(' ') + 1);
+      if (cmd == "/exit" || cmd == "/quit") break;
+      if (cmd == "/reset" || cmd == "/system") {
+        if (cmd == "/system") style.system = arg;
+        session = lm.engine->new_session();
+        history = chat::Json::array();
+        unfed.clear();
+        fmt::print(stderr, "[conversation reset{}]\n", cmd == "/system" ? ", system prompt set" : "");
+      } else if (cmd == "/think") {
+        style.think = !style.think;
+        fmt::print(stderr, "[thinking mode {}]\n", style.think ? "on" : "off");
+      } else if (cmd == "/stats") {
+        fmt::print(stderr, "[{} turns, session at {} tokens] {}\n", turns, session.position, stats_line(total));
+      } else if (cmd == "/help") {
+        fmt::print(stderr, "{}", kChatHelp);
+      } else {
+        fmt::print(stderr, "unknown command {}. {}", cmd, kChatHelp);
+      }
+      continue;
+    }
+
+    chat::Json user = {{"role", "user"}, {"content", line}};
+    GenerationRequest req = make_request(lm, o.model, o.sampling);
+    if (history.empty()) {
+      chat::Json first = chat::Json::array();
+      if (!style.system.empty()) first.push_back({{"role", "system"}, {"content", style.system}});
+      first.push_back(user);
+      req.prompt = lm.tokenizer.encode(chat::encode_messages(first, encode_options(style, true)));
+      history = first;
+    } else {
+      // Continue the token history the session holds: only the new turn is encoded.
+      req.prompt = session.tokens;
+      req.prompt.insert(req.prompt.end(), unfed.begin(), unfed.end());
+      std::vector<int32_t> turn = lm.tokenizer.encode(
+          chat::encode_messages(chat::Json::array({user}), encode_options(style, false), history));
+      req.prompt.insert(req.prompt.end(), turn.begin(), turn.end());
+      history.push_back(user);
+    }
+    Streamed s;
+    try {
+      s = stream_generation(lm, session, req, false);
+    } catch (const Error& e) {
+      // A turn that cannot run (e.g. the context is full) leaves the conversation as it was.
+      history.erase(history.size() - 1);
+      fmt::print(stderr, "dsv4: error: {}\n", e.what());
+      continue;
+    }
+    const GenerationResult& r = s.result;
+    if (!s.ends_with_newline) std::fputc('\n', stdout);
+    std::fflush(stdout);
+    // Close the assistant turn in the token history: its last token was never fed, and a
+    // turn cut short still needs its end-of-sentence.
+    unfed.assign(r.tokens.empty() ? 0 : 1, r.tokens.empty() ? 0 : r.tokens.back());
+    if (r.tokens.empty() || r.tokens.back() != eos) unfed.push_back(eos);
+    history.push_back({{"role", "assistant"}, {"content", r.text}});
+    ++turns;
+    total.prompt_tokens += r.stats.prompt_tokens;
+    total.reused_tokens += r.stats.reused_tokens;
+    total.generated_tokens += r.stats.generated_tokens;
+    total.prefill_s += r.stats.prefill_s;
+    total.decode_s += r.stats.decode_s;
+    total.expert_requests += r.stats.expert_requests;
+    total.expert_hits += r.stats.expert_hits;
+    total.bytes_read += r.stats.bytes_read;
+    total.peak_rss_bytes = r.stats.peak_rss_bytes;
+    report_finish(r, limit);
+    fmt::print(stderr, "{}\n", stats_line(r.stats));
+  }
+  return 0;
+}
+
+}  // namespace dsv4::cli

@@ -1,0 +1,156 @@
+// dsv4 run and dsv4 chat end to end on the tiny-a fixture.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using test::fixture;
+using test::run_dsv4;
+
+const std::string kModel = "-m " + fixture("tiny-a") + " --numerics reference";
+const std::string kPrompt = "\"Tell me about the lighthouse keeper and his cat.\"";
+
+nlohmann::json run_json(const std::string& args) {
+  auto r = run_dsv4("run " + kModel + " --json " + args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+nlohmann::json reference() { return nlohmann::json::parse(test::read_file(fixture("tiny-a") + "/reference.json")); }
+
+TEST(CliRun, ChatEncodingAndGreedyMatchTheReference) {
+  nlohmann::json ref = reference();
+  const auto& g = ref["greedy"][4];  // the chat-encoded text prompt
+  nlohmann::json j = run_json("--temperature 0 --max-tokens 12 " + kPrompt);
+  EXPECT_EQ(j["prompt_tokens"], g["prompt"]);
+  std::vector<int> want(g["new_tokens"].begin(), g["new_tokens"].begin() + 12);
+  EXPECT_EQ(j["tokens"].get<std::vector<int>>(), want);
+  EXPECT_EQ(j["finish_reason"], "length");
+  EXPECT_EQ(j["stats"]["generated_tokens"], 12);
+
+  // The same ids as `dsv4 generate --greedy` on the encoded prompt.
+  std::string ids;
+  for (auto& t : g["prompt"]) ids += (ids.empty() ? "" : ",") + std::to_string(t.get<int>());
+  auto r = run_dsv4("generate " + kModel + " --tokens " + ids + " -n 12 --greedy --print-ids");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string joined;
+  for (int t : want) joined += (joined.empty() ? "" : ",") + std::to_string(t);
+  EXPECT_EQ(r.out, joined + "\n");
+}
+
+TEST(CliRun, StreamsTextAndPrintsOneStatsLine) {
+  auto r = run_dsv4("run " + kModel + " --temperature 0 --max-tokens 6 " + kPrompt);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = run_json("--temperature 0 --max-tokens 6 " + kPrompt);
+  EXPECT_EQ(r.out, j["text"].get<std::string>() + (j["text"].get<std::string>().ends_with("\n") ? "" : "\n"));
+  EXPECT_NE(r.err.find("prompt 20 tok (0 reused) | TTFT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("decode"), std::string::npos);
+  EXPECT_NE(r.err.find("peak RSS"), std::string::npos);
+}
+
+TEST(CliRun, SameSeedSameOutput) {
+  nlohmann::json a = run_json("--temperature 1.0 --seed 7 --max-tokens 16 " + kPrompt);
+  nlohmann::json b = run_json("--temperature 1.0 --seed 7 --max-tokens 16 " + kPrompt);
+  nlohmann::json c = run_json("--temperature 1.0 --seed 8 --max-tokens 16 " + kPrompt);
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(a["text"], b["text"]);
+  EXPECT_NE(a["tokens"], c["tokens"]);
+  EXPECT_EQ(a["stats"]["seed"], 7);
+}
+
+TEST(CliRun, StopStringEndsTheAnswer) {
+  nlohmann::json full = run_json("--temperature 0 --max-tokens 30 --raw \"the cat\"");
+  std::string text = full["text"];
+  ASSERT_GT(text.size(), 12u);
+  // A stop string from the middle of the greedy text (avoid shell-special characters).
+  size_t at = 0;
+  std::string stop;
+  for (size_t i = 4; i + 3 < text.size() && stop.empty(); ++i) {
+    std::string cand = text.substr(i, 3);
+    if (cand.find_first_not_of("abcdefghijklmnopqrstuvwxyz ") == std::string::npos && cand.front() != ' ' &&
+        cand.back() != ' ') {
+      stop = cand;
+      at = text.find(stop);
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << text;
+  nlohmann::json j = run_json("--temperature 0 --max-tokens 30 --raw --stop " + stop + " \"the cat\"");
+  EXPECT_EQ(j["finish_reason"], "stop");
+  EXPECT_EQ(j["text"], text.substr(0, at));
+}
+
+TEST(CliRun, MaxTokensAndContextLimit) {
+  nlohmann::json j = run_json("--temperature 0 --max-tokens 3 " + kPrompt);
+  EXPECT_EQ(j["tokens"].size(), 3u);
+  EXPECT_EQ(j["finish_reason"], "length");
+
+  auto r = run_dsv4("run " + kModel + " --ctx 10 " + kPrompt);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("the prompt has 20 tokens, which does not fit the context limit of 10 tokens"), std::string::npos)
+      << r.err;
+
+  r = run_dsv4("run " + kModel + " --ctx 23 --temperature 0 --max-tokens 50 " + kPrompt);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("context limit of 23 tokens is reached"), std::string::npos) << r.err;
+}
+
+TEST(CliChat, SecondTurnReusesTheSession) {
+  auto r = run_dsv4("chat " + kModel + " --temperature 0 --max-tokens 5",
+                    "Tell me about the lighthouse keeper and his cat.\n/stats\nAnd the keeper?\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Turn 1: 20 prompt tokens, nothing reused. Turn 2 reuses the 20 + 4 fed tokens.
+  EXPECT_NE(r.err.find("prompt 20 tok (0 reused)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(24 reused)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[1 turns, session at 24 tokens]"), std::string::npos) << r.err;
+  // Two answers on stdout, one line each.
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+}
+
+TEST(CliChat, CommandsResetAndUnknown) {
+  auto r = run_dsv4("chat " + kModel + " --temperature 0 --max-tokens 2",
+                    "hello\n/reset\nhello\n/think\n/bogus\n/exit\nnever read\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[conversation reset]"), std::string::npos);
+  EXPECT_NE(r.err.find("[thinking mode on]"), std::string::npos);
+  EXPECT_NE(r.err.find("unknown command /bogus"), std::string::npos);
+  // After /reset the same question is answered from scratch: identical output lines.
+  size_t nl = r.out.find('\n');
+  ASSERT_NE(nl, std::string::npos);
+  EXPECT_EQ(r.out.substr(0, nl + 1), r.out.substr(nl + 1));
+}
+
+TEST(CliSettings, UnknownFlagsAndVariablesGetSuggestions) {
+  auto r = run_dsv4("run " + kModel + " --temprature 0 hi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("did you mean --temperature?"), std::string::npos) << r.err;
+  r = run_dsv4("settings");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("DSV4_RAM"), std::string::npos);
+  r = test::run_dsv4("inspect " + fixture("tiny-a"), "", 60);
+  EXPECT_EQ(r.exit_code, 0);
+}
+
+TEST(CliSettings, EnvironmentSuppliesDefaultsAndTyposAreRejected) {
+  auto r = run_dsv4("settings");  // baseline
+  ASSERT_EQ(r.exit_code, 0);
+  std::string cmd = "env DSV4_TEMPRATURE=0 " + std::string(DSV4_BINARY) + " settings";
+  int status = std::system((cmd + " >/dev/null 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  nlohmann::json a = nlohmann::json::parse(
+      run_dsv4("run " + kModel + " --json --max-tokens 4 --seed 3 --temperature 0 " + kPrompt).out);
+  test::TempDir tmp;
+  std::string out = tmp / "out.json";
+  status = std::system(("env DSV4_TEMPERATURE=0 DSV4_MAX_TOKENS=4 " + std::string(DSV4_BINARY) + " run " + kModel +
+                        " --json --seed 3 " + kPrompt + " >" + out + " 2>/dev/null")
+                           .c_str());
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  nlohmann::json b = nlohmann::json::parse(test::read_file(out));
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+}
+
+}  // namespace
+}  // namespace dsv4
