@@ -79,7 +79,8 @@ size_t RegexSplitter::steps() const { return impl_->steps.size(); }
 void RegexSplitter::add_step(std::string_view pattern, bool literal, const std::string& where) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL allows only a few other options (UCP and NEVER_BACKSLASH_C are not among them).
+  const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C;
   std::unique_ptr<pcre2_code, CodeDeleter> code(pcre2_compile(
       reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr));
   if (!code) fail("{}: regex does not compile at offset {}: {}", where, offset, pcre2_message(error));
