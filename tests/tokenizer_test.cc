@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "dsv4/text/pre_tokenizer.h"
 #include "dsv4/text/tokenizer.h"
+#include "dsv4/text/unicode_delta.h"
 #include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
 #include "test_util.h"
@@ -220,6 +222,27 @@ TEST(TokenizerLoad, BadTokenizerConfigIsReported) {
   const Tokenizer tok = Tokenizer::from_json(text, "t.json", R"({"bos_token": {"content": "<｜User｜>"}, "eos_token": null})", "c.json");
   EXPECT_EQ(tok.bos_id(), 499);
   EXPECT_EQ(tok.eos_id(), std::nullopt);
+}
+
+TEST(TokenizerUnicode, WidensCategoryClassesInsideAndOutsideBrackets) {
+  const std::string out = widen_unicode_classes(R"([^\r\n\p{L}\p{P}]?\p{M}+|\pS|\p{Lu}|\P{L}|\Q\p{L}[\E|[]\p{N}]|\[\p{N})");
+  // Outside a class \p{M} becomes a class; inside, ranges are appended in place.
+  EXPECT_EQ(out.rfind("[^\\r\\n\\p{L}\\x{", 0), 0u) << out;
+  EXPECT_NE(out.find("[\\p{M}\\x{"), std::string::npos) << out;
+  EXPECT_NE(out.find("[\\pS\\x{"), std::string::npos) << out;
+  EXPECT_NE(out.find("|\\p{Lu}|\\P{L}|\\Q\\p{L}[\\E|"), std::string::npos) << out;  // untouched
+  EXPECT_NE(out.find("[]\\p{N}\\x{"), std::string::npos) << out;  // "]" first in a class is literal
+  EXPECT_NE(out.find("\\[[\\p{N}\\x{"), std::string::npos) << out;  // an escaped [ opens no class
+  // A Unicode 15 emoji (U+1FAE8) is a symbol and a Unicode 16 hieroglyph (U+134EC) a letter, so
+  // they split as in Hugging Face: ["x", "🫨", "y"] and ["a𓓬b"] (PCRE2 alone: ["x", "🫨y"], ["a", "𓓬b"]).
+  RegexSplitter splitter;
+  splitter.add_step(R"([^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+)", false, "test");
+  std::vector<std::string_view> pieces;
+  splitter.split("x\U0001FAE8y", pieces);
+  EXPECT_EQ(pieces, (std::vector<std::string_view>{"x", "\U0001FAE8", "y"}));
+  pieces.clear();
+  splitter.split("a\U000134ECb", pieces);
+  EXPECT_EQ(pieces, (std::vector<std::string_view>{"a\U000134ECb"}));
 }
 
 // ---- dsv4 tokenize -------------------------------------------------------------------------
