@@ -8,7 +8,9 @@
 // missing oracle is a test failure, not a skip. DSV4_TOK_ORACLE_SEED overrides the seed.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -17,7 +19,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "dsv4/text/pre_tokenizer.h"
 #include "dsv4/text/tokenizer.h"
 #include "dsv4/text/utf8.h"
 #include "test_util.h"
@@ -179,6 +183,41 @@ TEST(TokOracle, SyntheticVariants) {
     const std::string path = dir / (std::string(variant) + ".json");
     run(fmt::format("node {} variant '{}' '{}' {}", kOracle, test::fixture("tiny-a/tokenizer.json"), path, variant));
     check(variant, path, seed_or(11), 2000, 2000, /*round_trip=*/false);
+  }
+}
+
+// Every code point of planes 0-3 and 14, category by category: the classes PCRE2 sees (Unicode 14
+// tables widened by unicode_delta.inc) must be exactly Hugging Face's (Oniguruma, Unicode 16).
+TEST(TokOracle, UnicodeCategoriesMatchOnigurumaForEveryCodePoint) {
+  const auto oracle = nlohmann::json::parse(run(fmt::format("node tests/node/unicode_probe.js '{}' all", test::fixture("tiny-a/tokenizer.json"))));
+  std::string text;
+  for (char32_t c = 0; c <= 0xEFFFF; ++c) {
+    if ((c > 0x3FFFF && c < 0xE0000) || (c >= 0xD800 && c <= 0xDFFF) || c == 1) continue;
+    text += '\x01';
+    append_utf8(c, text);
+  }
+  for (const char* category : {"L", "M", "N", "P", "S", "Nd", "Z"}) {
+    RegexSplitter splitter;
+    splitter.add_step(fmt::format("\\p{{{}}}", category), false, "test");
+    std::vector<std::string_view> pieces;
+    splitter.split(text, pieces);
+    std::vector<uint32_t> mine;
+    for (std::string_view piece : pieces) {
+      if (piece == "\x01") continue;
+      size_t i = 0;
+      const char32_t c = next_code_point(piece, i);
+      if (i == piece.size()) mine.push_back(static_cast<uint32_t>(c));
+    }
+    const auto expected = oracle[category].get<std::vector<uint32_t>>();
+    EXPECT_GT(expected.size(), 10u) << category;
+    EXPECT_EQ(mine.size(), expected.size()) << category;
+    std::vector<uint32_t> only_mine, only_hf;
+    std::set_difference(mine.begin(), mine.end(), expected.begin(), expected.end(), std::back_inserter(only_mine));
+    std::set_difference(expected.begin(), expected.end(), mine.begin(), mine.end(), std::back_inserter(only_hf));
+    EXPECT_TRUE(only_mine.empty() && only_hf.empty())
+        << "\\p{" << category << "}: " << only_mine.size() << " code points only in PCRE2 (first U+"
+        << fmt::format("{:04X}", only_mine.empty() ? 0 : only_mine[0]) << "), " << only_hf.size()
+        << " only in Hugging Face (first U+" << fmt::format("{:04X}", only_hf.empty() ? 0 : only_hf[0]) << ")";
   }
 }
 

@@ -4,19 +4,9 @@
 
 namespace dsv4::text {
 
-BpeModel::BpeModel(std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> byte_words,
-                   std::unordered_map<uint64_t, Merge> merges, bool ignore_merges)
-    : byte_words_(std::move(byte_words)),
-      merges_(std::move(merges)),
-      ignore_merges_(ignore_merges),
-      cache_(new CacheShard[kCacheShards]) {
-  byte_token_.fill(-1);
-  for (int b = 0; b < 256; ++b) {
-    const char c = static_cast<char>(b);
-    auto it = byte_words_.find(std::string_view(&c, 1));
-    if (it != byte_words_.end()) byte_token_[b] = it->second;
-  }
-}
+BpeModel::BpeModel(const std::array<TokenId, 256>& byte_tokens, FlatPairMap<Merge> merges,
+                   const FlatStringMap* whole_words)
+    : merges_(std::move(merges)), byte_token_(byte_tokens), whole_words_(whole_words), cache_(new CacheShard[kCacheShards]) {}
 
 void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.size() > kMaxCachedWordBytes) {
@@ -56,10 +46,9 @@ size_t BpeModel::cached_words() const {
 // leftmost first, using a priority queue whose stale entries are recognised and skipped (an
 // entry is stale when the pair at its position no longer merges into the same token).
 void BpeModel::merge_word(std::string_view word, std::vector<TokenId>& out) const {
-  if (ignore_merges_) {
-    auto it = byte_words_.find(word);
-    if (it != byte_words_.end()) {
-      out.push_back(it->second);
+  if (whole_words_) {
+    if (const TokenId id = whole_words_->find(word); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -91,8 +80,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<TokenId>& out) cons
     const auto consider = [&](int32_t pos) {
       const Symbol& s = symbols[static_cast<size_t>(pos)];
       if (s.next < 0) return;
-      auto it = merges_.find(pair_key(s.id, symbols[static_cast<size_t>(s.next)].id));
-      if (it != merges_.end()) queue.push({it->second.rank, pos, it->second.result});
+      if (const Merge* m = merges_.find(pair_key(s.id, symbols[static_cast<size_t>(s.next)].id)))
+        queue.push({m->rank, pos, m->result});
     };
     for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
     while (!queue.empty()) {
@@ -102,8 +91,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<TokenId>& out) cons
       if (!left.alive || left.next < 0) continue;
       const int32_t right_pos = left.next;
       Symbol& right = symbols[static_cast<size_t>(right_pos)];
-      auto it = merges_.find(pair_key(left.id, right.id));
-      if (it == merges_.end() || it->second.result != top.result) continue;
+      const Merge* m = merges_.find(pair_key(left.id, right.id));
+      if (!m || m->result != top.result) continue;
       left.id = top.result;
       left.next = right.next;
       right.alive = false;

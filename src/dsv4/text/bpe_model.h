@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dsv4/text/flat_string_map.h"
 #include "dsv4/text/tokenizer.h"
 
 namespace dsv4::text {
@@ -23,15 +24,14 @@ struct StringHash {
 class BpeModel {
  public:
   struct Merge {
-    uint32_t rank;
-    TokenId result;
+    uint32_t rank = 0;
+    TokenId result = -1;
   };
 
-  // `byte_words` maps raw-byte token spellings to ids (only the vocabulary entries that are made
-  // of byte-level characters; the others can never come out of the merge loop). `merges` maps
-  // (left id, right id) packed by pair_key() to its rank and result.
-  BpeModel(std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> byte_words,
-           std::unordered_map<uint64_t, Merge> merges, bool ignore_merges);
+  // `byte_tokens[b]` is the id of the one-byte token b (-1 if none). `merges` maps (left id,
+  // right id) packed by pair_key() to its rank and result. `whole_words` (raw bytes → id; only
+  // consulted with ignore_merges) must outlive the model.
+  BpeModel(const std::array<TokenId, 256>& byte_tokens, FlatPairMap<Merge> merges, const FlatStringMap* whole_words);
 
   static uint64_t pair_key(TokenId left, TokenId right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -50,10 +50,9 @@ class BpeModel {
  private:
   void merge_word(std::string_view word, std::vector<TokenId>& out) const;
 
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> byte_words_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  FlatPairMap<Merge> merges_;
   std::array<TokenId, 256> byte_token_{};  // id of each single byte, -1 if absent
-  bool ignore_merges_;
+  const FlatStringMap* whole_words_;       // non-null = ignore_merges
 
   struct CacheShard {
     std::mutex mutex;

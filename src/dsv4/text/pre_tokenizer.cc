@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "dsv4/text/unicode_delta.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4::text {
@@ -79,10 +80,20 @@ size_t RegexSplitter::steps() const { return impl_->steps.size(); }
 void RegexSplitter::add_step(std::string_view pattern, bool literal, const std::string& where) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL allows only a few other options (UCP and NEVER_BACKSLASH_C are not among them).
+  const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C;
+  // Regexes see Unicode 16 character classes, as in Hugging Face (see unicode_delta.h).
+  const std::string source = literal ? std::string(pattern) : widen_unicode_classes(pattern);
   std::unique_ptr<pcre2_code, CodeDeleter> code(pcre2_compile(
-      reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr));
-  if (!code) fail("{}: regex does not compile at offset {}: {}", where, offset, pcre2_message(error));
+      reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options, &error, &offset, nullptr));
+  if (!code) {
+    if (source.size() != pattern.size()) {
+      // Report the position in the pattern as written, not in the widened one.
+      std::unique_ptr<pcre2_code, CodeDeleter> plain(pcre2_compile(
+          reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr));
+    }
+    fail("{}: regex does not compile at offset {}: {}", where, offset, pcre2_message(error));
+  }
   uint32_t min_length = 0;
   pcre2_pattern_info(code.get(), PCRE2_INFO_MINLENGTH, &min_length);
   // Hugging Face's handling of empty matches depends on Oniguruma's iteration details; no real

@@ -1,5 +1,7 @@
 #include "dsv4/text/tokenizer.h"
 
+#include <simdjson.h>
+
 #include "dsv4/text/tokenizer_impl.h"
 #include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
@@ -24,7 +26,12 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  const std::string json = read_small_file(path, kMaxTokenizerJsonBytes);
+  // Read straight into simdjson's padded buffer: one 8 MB copy fewer than via std::string.
+  const File file = File::open_read(path);
+  const uint64_t size = file.size();
+  if (size > kMaxTokenizerJsonBytes) fail("{}: {} bytes is larger than the {} byte limit", path, size, kMaxTokenizerJsonBytes);
+  simdjson::padded_string json(static_cast<size_t>(size));
+  file.read_exact(json.data(), size, 0);
   const std::string config_path = sibling(path, "tokenizer_config.json");
   std::string config;
   if (path_exists(config_path)) config = read_small_file(config_path, kMaxConfigJsonBytes);
@@ -33,7 +40,8 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 
 Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source, std::string_view config_json,
                                const std::string& config_source) {
-  return Tokenizer(load_tokenizer(json, source, config_json, config_source));
+  const simdjson::padded_string padded(json);
+  return Tokenizer(load_tokenizer(padded, source, config_json, config_source));
 }
 
 void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<std::string_view>& pieces,
@@ -77,7 +85,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text) const {
   return out;
 }
 
-const std::string& Tokenizer::Impl::bytes_of(TokenId id) const {
+std::string_view Tokenizer::Impl::bytes_of(TokenId id) const {
   if (id < 0 || static_cast<size_t>(id) >= present.size() || !present[static_cast<size_t>(id)])
     fail("token id {} is not in the vocabulary of {} (size {})", id, source, present.size());
   return bytes[static_cast<size_t>(id)];
@@ -86,18 +94,18 @@ const std::string& Tokenizer::Impl::bytes_of(TokenId id) const {
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) const {
   std::string raw;
   for (TokenId id : ids) {
-    const std::string& b = impl_->bytes_of(id);
+    const std::string_view b = impl_->bytes_of(id);
     if (skip_special && impl_->special[static_cast<size_t>(id)]) continue;
     raw += b;
   }
   return to_valid_utf8(raw);
 }
 
-std::string Tokenizer::token_bytes(TokenId id) const { return impl_->bytes_of(id); }
+std::string Tokenizer::token_bytes(TokenId id) const { return std::string(impl_->bytes_of(id)); }
 
 std::optional<TokenId> Tokenizer::token_id(std::string_view token) const {
   if (auto it = impl_->added_by_text.find(token); it != impl_->added_by_text.end()) return it->second;
-  if (auto it = impl_->vocab_by_spelling.find(token); it != impl_->vocab_by_spelling.end()) return it->second;
+  if (const TokenId id = impl_->vocab_by_spelling.find(token); id >= 0) return id;
   return std::nullopt;
 }
 
@@ -108,7 +116,7 @@ TokenId Tokenizer::require_token_id(std::string_view token) const {
 
 std::string Tokenizer::token_string(TokenId id) const {
   impl_->bytes_of(id);  // validates
-  return impl_->spelling[static_cast<size_t>(id)];
+  return std::string(impl_->spelling[static_cast<size_t>(id)]);
 }
 
 bool Tokenizer::contains(TokenId id) const {
@@ -125,7 +133,7 @@ IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_spe
     : tokenizer_(&tokenizer), skip_special_(skip_special) {}
 
 std::string IncrementalDecoder::push(TokenId id) {
-  const std::string& b = tokenizer_->impl_->bytes_of(id);
+  const std::string_view b = tokenizer_->impl_->bytes_of(id);
   if (skip_special_ && tokenizer_->impl_->special[static_cast<size_t>(id)]) return {};
   pending_ += b;
   std::string out;

@@ -10,6 +10,7 @@
 
 #include "dsv4/text/added_tokens.h"
 #include "dsv4/text/bpe_model.h"
+#include "dsv4/text/flat_string_map.h"
 #include "dsv4/text/pre_tokenizer.h"
 #include "dsv4/text/tokenizer.h"
 
@@ -25,26 +26,34 @@ struct Tokenizer::Impl {
   AddedTokenMatcher raw_added;
   AddedTokenMatcher normalized_added;
 
+  // Every token's spelling and bytes live in two arenas (one allocation each instead of 2 × 128k);
+  // the per-id views and the indexes point into them, so an Impl never moves (it is held by
+  // unique_ptr) and the arenas are never appended to after the views are taken.
+  std::string spelling_arena;
+  std::string bytes_arena;
+
   // Per id (index = id); absent ids have present[id] == false.
   std::vector<bool> present;
   std::vector<bool> added;
   std::vector<bool> special;
-  std::vector<std::string> spelling;  // tokenizer.json spelling (vocab key or added-token text)
-  std::vector<std::string> bytes;     // what the ByteLevel decoder turns the token into
+  std::vector<std::string_view> spelling;  // tokenizer.json spelling (vocab key or added-token text)
+  std::vector<std::string_view> bytes;     // what the ByteLevel decoder turns the token into
 
   std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> added_by_text;
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> vocab_by_spelling;
+  FlatStringMap vocab_by_spelling;  // vocabulary entries only
+  FlatStringMap vocab_by_bytes;     // byte-level vocabulary entries by raw bytes (for ignore_merges)
 
   std::optional<TokenId> bos;
   std::optional<TokenId> eos;
 
   void encode_plain(std::string_view text, std::vector<std::string_view>& pieces, std::vector<TokenId>& out) const;
   void encode_normalized(std::string_view text, std::vector<std::string_view>& pieces, std::vector<TokenId>& out) const;
-  const std::string& bytes_of(TokenId id) const;
+  std::string_view bytes_of(TokenId id) const;
 };
 
-// Parses tokenizer.json (and optionally tokenizer_config.json) into a ready Impl.
-std::unique_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json, const std::string& source,
+// Parses tokenizer.json (and optionally tokenizer_config.json) into a ready Impl. `padded` must
+// be followed by at least simdjson::SIMDJSON_PADDING readable bytes (a simdjson::padded_string).
+std::unique_ptr<Tokenizer::Impl> load_tokenizer(std::string_view padded, const std::string& source,
                                                 std::string_view config_json, const std::string& config_source);
 
 }  // namespace dsv4::text

@@ -5,6 +5,7 @@
 #include <simdjson.h>
 
 #include "dsv4/text/byte_level.h"
+#include "dsv4/text/flat_string_map.h"
 #include "dsv4/text/tokenizer_impl.h"
 #include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
@@ -163,68 +164,71 @@ void load_post_processor_and_decoder(const Fields& f, object root) {
 }
 
 
+// Vocabulary keys in file order, as views into the parsed document (valid during loading).
 struct Vocab {
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> by_spelling;
+  std::vector<std::pair<std::string_view, TokenId>> entries;
   std::vector<std::string_view> spelling_of;  // index = id; empty view = no entry
-  size_t entries = 0;
+  size_t key_bytes = 0;
 };
 
 Vocab load_vocab(const Fields& f, object model) {
   object vocab = f.obj(f.required(model, "vocab", "model.vocab"), "model.vocab");
   if (vocab.size() > kMaxVocabEntries) f.bad("model.vocab", "has too many entries");
   Vocab v;
-  v.by_spelling.reserve(vocab.size());
+  v.entries.reserve(vocab.size());
   for (auto field : vocab) {
     const std::string_view key = field.key;
     if (key.empty() || key.size() > kMaxTokenBytes) f.bad("model.vocab", fmt::format("has a key of {} bytes", key.size()));
-    const auto id = static_cast<TokenId>(f.integer(field.value, fmt::format("model.vocab[{:?}]", std::string(key)), 0, kMaxTokenId));
-    if (!v.by_spelling.emplace(std::string(key), id).second) f.bad("model.vocab", fmt::format("repeats the key {:?}", std::string(key)));
+    int64_t raw = -1;
+    if (field.value.get_int64().get(raw) || raw < 0 || raw > kMaxTokenId)  // field name formatted only on error
+      f.integer(field.value, fmt::format("model.vocab[{:?}]", std::string(key)), 0, kMaxTokenId);
+    const auto id = static_cast<TokenId>(raw);
     if (static_cast<size_t>(id) >= v.spelling_of.size()) v.spelling_of.resize(static_cast<size_t>(id) + 1);
     if (!v.spelling_of[static_cast<size_t>(id)].empty())
       f.bad(fmt::format("model.vocab[{:?}]", std::string(key)), fmt::format("= {} repeats the id of {:?}", id, std::string(v.spelling_of[static_cast<size_t>(id)])));
     v.spelling_of[static_cast<size_t>(id)] = key;
+    v.entries.emplace_back(key, id);
+    v.key_bytes += key.size();
   }
-  v.entries = v.by_spelling.size();
   return v;
 }
 
-std::unordered_map<uint64_t, BpeModel::Merge> load_merges(const Fields& f, object model, const Vocab& vocab,
-                                                          const std::vector<bool>& byte_level_id) {
+FlatPairMap<BpeModel::Merge> load_merges(const Fields& f, object model, const FlatStringMap& by_spelling,
+                                         const std::vector<bool>& byte_level_id) {
   auto list = f.arr(f.required(model, "merges", "model.merges"), "model.merges");
   if (list.size() > kMaxMerges) f.bad("model.merges", "has too many entries");
-  std::unordered_map<uint64_t, BpeModel::Merge> merges;
+  FlatPairMap<BpeModel::Merge> merges;
   merges.reserve(list.size());
   uint32_t rank = 0;
+  std::string joined;
   for (element e : list) {
-    const std::string field = fmt::format("model.merges[{}]", rank);
     std::string_view left, right;
     if (e.is_string()) {
-      const std::string_view line = f.str(e, field);
+      const std::string_view line = f.str(e, "model.merges");
       const size_t space = line.find(' ');
       if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
-        f.bad(field, fmt::format("= {:?} is not two tokens separated by one space", std::string(line)));
+        f.bad(fmt::format("model.merges[{}]", rank), fmt::format("= {:?} is not two tokens separated by one space", std::string(line)));
       left = line.substr(0, space);
       right = line.substr(space + 1);
     } else {
+      const std::string field = fmt::format("model.merges[{}]", rank);
       auto pair = f.arr(e, field);
       if (pair.size() != 2) f.bad(field, "must be a string \"a b\" or a pair [\"a\", \"b\"]");
       left = f.str(pair.at(0).value(), field + "[0]");
       right = f.str(pair.at(1).value(), field + "[1]");
     }
     const auto find = [&](std::string_view token) -> TokenId {
-      auto it = vocab.by_spelling.find(token);
-      if (it == vocab.by_spelling.end()) f.bad(field, fmt::format("uses {:?}, which is not in model.vocab", std::string(token)));
-      return it->second;
+      const TokenId id = by_spelling.find(token);
+      if (id < 0) f.bad(fmt::format("model.merges[{}]", rank), fmt::format("uses {:?}, which is not in model.vocab", std::string(token)));
+      return id;
     };
     const TokenId a = find(left), b = find(right);
-    std::string joined;
-    joined.reserve(left.size() + right.size());
-    joined.append(left).append(right);
+    joined.assign(left).append(right);
     const TokenId result = find(joined);
     // A merge of tokens that are not byte-level spellings can never fire on byte-level input,
     // so it is skipped; the ranks of the others keep their relative order.
     if (byte_level_id[static_cast<size_t>(a)] && byte_level_id[static_cast<size_t>(b)])
-      merges[BpeModel::pair_key(a, b)] = {rank, result};  // a repeated pair keeps its last rank, as in HF
+      merges.put(BpeModel::pair_key(a, b), {rank, result});  // a repeated pair keeps its last rank, as in HF
     ++rank;
   }
   return merges;
@@ -266,7 +270,7 @@ std::optional<TokenId> config_token(const nlohmann::json& config, const char* ke
     fail("{}: {} must be a string or an object with a string content", config_source, key);
   }
   if (auto a = impl.added_by_text.find(text); a != impl.added_by_text.end()) return a->second;
-  if (auto v = impl.vocab_by_spelling.find(text); v != impl.vocab_by_spelling.end()) return v->second;
+  if (const TokenId id = impl.vocab_by_spelling.find(text); id >= 0) return id;
   fail("{}: {} = {:?} is not a token of the tokenizer", config_source, key, text);
 }
 
@@ -276,9 +280,8 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json, const std
                                                 std::string_view config_json, const std::string& config_source) {
   Fields f(source);
   simdjson::dom::parser parser;
-  simdjson::padded_string padded(json);
   element doc;
-  if (auto error = parser.parse(padded).get(doc)) fail("{}: not valid JSON: {}", source, simdjson::error_message(error));
+  if (auto error = parser.parse(json.data(), json.size(), /*realloc_if_needed=*/false).get(doc)) fail("{}: not valid JSON: {}", source, simdjson::error_message(error));
   object root = f.obj(doc, "top level");
 
   auto impl = std::make_unique<Tokenizer::Impl>();
@@ -298,45 +301,61 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json, const std
   const bool ignore_merges = f.flag(model, "ignore_merges", "model", false);
 
   Vocab vocab = load_vocab(f, model);
+  const std::vector<PendingAdded> added = load_added_tokens(f, root);
   static const ByteLevelAlphabet alphabet;
-  std::vector<std::optional<std::string>> vocab_bytes(vocab.spelling_of.size());
+
+  // Spellings and decoded bytes go to two arenas reserved exactly, so the views taken below stay
+  // valid; the one spelling index is built over them and serves the merges and token_id().
+  size_t added_bytes = 0;
+  for (const PendingAdded& t : added) added_bytes += t.content.size();
+  impl->spelling_arena.reserve(vocab.key_bytes + added_bytes);
+  impl->bytes_arena.reserve(vocab.key_bytes + added_bytes);
+  const auto keep = [](std::string& arena, std::string_view text) {
+    const size_t at = arena.size();
+    arena.append(text);
+    return std::string_view(arena.data() + at, text.size());
+  };
   std::vector<bool> byte_level_id(vocab.spelling_of.size(), false);
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> byte_words;
-  byte_words.reserve(vocab.entries);
-  for (size_t id = 0; id < vocab.spelling_of.size(); ++id) {
-    if (vocab.spelling_of[id].empty()) continue;
-    vocab_bytes[id] = alphabet.to_bytes(vocab.spelling_of[id]);
-    if (vocab_bytes[id]) {
-      byte_level_id[id] = true;
-      byte_words.emplace(*vocab_bytes[id], static_cast<TokenId>(id));
-    }
+  std::vector<std::string_view> vocab_bytes(vocab.spelling_of.size());
+  std::array<TokenId, 256> byte_tokens;
+  byte_tokens.fill(-1);
+  impl->vocab_by_spelling.reserve(vocab.entries.size());
+  if (ignore_merges) impl->vocab_by_bytes.reserve(vocab.entries.size());
+  for (const auto& [key, id] : vocab.entries) {
+    const auto i = static_cast<size_t>(id);
+    const std::string_view spelling = keep(impl->spelling_arena, key);
+    if (!impl->vocab_by_spelling.insert(spelling, id)) f.bad("model.vocab", fmt::format("repeats the key {:?}", std::string(key)));
+    vocab.spelling_of[i] = spelling;
+    // The ByteLevel decoder maps a token made of alphabet characters to its bytes and passes any
+    // other token through as its UTF-8 text.
+    auto b = alphabet.to_bytes(key);
+    vocab_bytes[i] = keep(impl->bytes_arena, b ? *b : key);
+    if (!b) continue;
+    byte_level_id[i] = true;
+    if (b->size() == 1) byte_tokens[static_cast<uint8_t>((*b)[0])] = id;
+    if (ignore_merges) impl->vocab_by_bytes.insert(vocab_bytes[i], id);
   }
   if (auto unk = f.member(model, "unk_token")) {
     // An unknown-token fallback only matters for a byte that has no token; refuse rather than
     // emulate Hugging Face's fuse_unk rules for a case byte-level vocabularies never have.
     f.str(*unk, "model.unk_token");
-    for (int b = 0; b < 256; ++b) {
-      const char c = static_cast<char>(b);
-      if (!byte_words.count(std::string_view(&c, 1))) f.bad("model.unk_token", "is set but not every byte has a token (unsupported)");
-    }
+    for (TokenId id : byte_tokens)
+      if (id < 0) f.bad("model.unk_token", "is set but not every byte has a token (unsupported)");
   }
-  auto merges = load_merges(f, model, vocab, byte_level_id);
+  auto merges = load_merges(f, model, impl->vocab_by_spelling, byte_level_id);
 
   // Added tokens: Hugging Face re-derives each id (the vocabulary id when the text is a vocab key,
   // otherwise the next free id after the vocabulary); a file whose ids disagree would encode
   // differently there, so it is refused.
-  const std::vector<PendingAdded> added = load_added_tokens(f, root);
   TokenId max_added = -1;
   size_t size = vocab.spelling_of.size();
   for (size_t i = 0; i < added.size(); ++i) {
     const PendingAdded& t = added[i];
     const std::string field = fmt::format("added_tokens[{}]", i);
     if (impl->added_by_text.count(t.content)) f.bad(field + ".content", fmt::format("repeats {:?}", t.content));
-    TokenId expected;
-    if (auto v = vocab.by_spelling.find(t.content); v != vocab.by_spelling.end()) {
-      expected = v->second;
-    } else {
-      const auto model_size = static_cast<TokenId>(vocab.entries);
+    TokenId expected = impl->vocab_by_spelling.find(t.content);
+    if (expected < 0) {
+      const auto model_size = static_cast<TokenId>(vocab.entries.size());
       expected = max_added < 0 ? model_size : (max_added >= model_size || model_size == 0 ? max_added + 1 : model_size);
       if (static_cast<size_t>(expected) < vocab.spelling_of.size() && !vocab.spelling_of[static_cast<size_t>(expected)].empty())
         f.bad(field + ".id", fmt::format("= {} collides with the vocabulary entry {:?}", expected,
@@ -354,27 +373,23 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json, const std
   impl->special.assign(size, false);
   impl->spelling.assign(size, {});
   impl->bytes.assign(size, {});
-  impl->vocab_by_spelling.reserve(vocab.entries);
-  for (size_t id = 0; id < vocab.spelling_of.size(); ++id) {
-    if (vocab.spelling_of[id].empty()) continue;
-    impl->present[id] = true;
-    impl->spelling[id] = std::string(vocab.spelling_of[id]);
-    // The ByteLevel decoder maps a token made of alphabet characters to its bytes and passes any
-    // other token through as its UTF-8 text.
-    impl->bytes[id] = vocab_bytes[id] ? *vocab_bytes[id] : impl->spelling[id];
-    impl->vocab_by_spelling.emplace(impl->spelling[id], static_cast<TokenId>(id));
+  for (const auto& [key, id] : vocab.entries) {
+    const auto i = static_cast<size_t>(id);
+    impl->present[i] = true;
+    impl->spelling[i] = vocab.spelling_of[i];
+    impl->bytes[i] = vocab_bytes[i];
   }
   for (const PendingAdded& t : added) {
-    const auto id = static_cast<size_t>(t.id);
-    impl->present[id] = true;
-    impl->added[id] = true;
-    impl->special[id] = t.special;
-    impl->spelling[id] = t.content;
+    const auto i = static_cast<size_t>(t.id);
+    impl->present[i] = true;
+    impl->added[i] = true;
+    impl->special[i] = t.special;
+    impl->spelling[i] = keep(impl->spelling_arena, t.content);
     auto b = alphabet.to_bytes(t.content);
-    impl->bytes[id] = b ? *b : t.content;
+    impl->bytes[i] = keep(impl->bytes_arena, b ? *b : t.content);
     (t.normalized ? impl->normalized_added : impl->raw_added).add(t.content, t.id);
   }
-  impl->bpe = std::make_unique<BpeModel>(std::move(byte_words), std::move(merges), ignore_merges);
+  impl->bpe = std::make_unique<BpeModel>(byte_tokens, std::move(merges), ignore_merges ? &impl->vocab_by_bytes : nullptr);
 
   if (!config_json.empty()) {
     nlohmann::json config;
