@@ -44,7 +44,7 @@ void add_sampling_options(CLI::App* cmd, dsv4::cli::SamplingOptions& s) {
   add(cmd, "repetition_penalty", s.repetition_penalty);
   add(cmd, "seed", s.seed);
   add(cmd, "max_tokens", s.max_tokens)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  add(cmd, "stop", s.stop);
+  add(cmd, "stop", s.stop)->allow_extra_args(false);  // one string per --stop
 }
 
 void add_chat_style(CLI::App* cmd, dsv4::cli::ChatStyle& c) {

@@ -130,6 +130,7 @@ int run(const RunOptions& o) {
     if (isatty(0)) fail("no prompt: give it as an argument (dsv4 run \"...\") or on stdin");
     prompt_text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
+  if (prompt_text.empty()) fail("the prompt is empty");
   LoadedModel lm = load_model(o.model);
   announce_demo(lm);
   install_sigint();
