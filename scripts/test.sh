@@ -31,12 +31,16 @@ fi
 step "fuzz build (clang libFuzzer)"
 CXX=clang++ CC=clang cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_FUZZ=ON \
   -DDSV4_SANITIZE=ON -DDSV4_TESTS=OFF -DDSV4_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
-ninja -C build/fuzz parsers_fuzz
+ninja -C build/fuzz parsers_fuzz tokenizer_fuzz
 step "fuzz run"
 seconds=${DSV4_FUZZ_SECONDS:-30}
 mkdir -p build/fuzz/corpus
 cp -n fuzz/corpus/* build/fuzz/corpus/ 2>/dev/null || true
 build/fuzz/parsers_fuzz -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
   build/fuzz/corpus 2>&1 | tail -n 12
+mkdir -p build/fuzz/corpus_tokenizer
+cp -n fuzz/corpus_tokenizer/* build/fuzz/corpus_tokenizer/ 2>/dev/null || true
+build/fuzz/tokenizer_fuzz -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+  build/fuzz/corpus_tokenizer 2>&1 | tail -n 12
 
 step "all tests passed"

@@ -173,6 +173,26 @@ TEST(TokOracle, RealDeepSeekV3TokenizerTenThousandStrings) {
   check("deepseek-v3", path, seed_or(20260501), 10000, 10000);
 }
 
+// Spec §5.1: ordinary text has the same ids in V3 and V4; specials are found by text and the
+// config names BOS/EOS (the V3 tokenizer_config.json beside the file: bos 0, eos 1).
+TEST(TokOracle, RealDeepSeekV3SpecialTokensAndSpecIds) {
+  std::string path = run(fmt::format("node {} v3-path", kOracle));
+  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+  const Tokenizer tok = Tokenizer::from_file(path);
+  EXPECT_EQ(tok.vocab_size(), 128815);
+  EXPECT_EQ(tok.bos_id(), 0);
+  EXPECT_EQ(tok.eos_id(), 1);
+  EXPECT_EQ(tok.token_id("<｜▁pad▁｜>"), 2);
+  EXPECT_EQ(tok.token_id("<｜User｜>"), 128803);
+  EXPECT_EQ(tok.token_id("<｜Assistant｜>"), 128804);
+  EXPECT_EQ(tok.encode("<｜User｜>你好<｜Assistant｜>"), (std::vector<TokenId>{128803, 30594, 128804}));
+  EXPECT_EQ(tok.encode("推理"), std::vector<TokenId>{36101});
+  EXPECT_EQ(tok.encode("答案<｜end▁of▁sentence｜>"), (std::vector<TokenId>{7624, 1}));
+  EXPECT_EQ(tok.encode("Hello"), std::vector<TokenId>{19923});
+  EXPECT_EQ(tok.encode("!"), std::vector<TokenId>{3});
+  EXPECT_EQ(tok.encode("Hello, world! <｜User｜>hi"), (std::vector<TokenId>{19923, 14, 2058, 3, 223, 128803, 6366}));
+}
+
 TEST(TokOracle, FixtureTokenizer) {
   check("tiny-a", test::fixture("tiny-a/tokenizer.json"), seed_or(7), 3000, 3000);
 }
