@@ -6,7 +6,6 @@
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/generator.h"
 #include "dsv4/runtime/sampler.h"
-#include "dsv4/runtime/settings.h"
 #include "dsv4/util/error.h"
 #include "test_util.h"
 
@@ -229,18 +228,6 @@ TEST_F(GeneratorTest, CancelStopsPromptly) {
   GenerationResult g = generate(*engine_, s, r, cb);
   EXPECT_EQ(g.finish, FinishReason::kCancelled);
   EXPECT_TRUE(g.tokens.empty());
-}
-
-TEST(Settings, UnknownEnvironmentGetsASuggestion) {
-  std::string a = "DSV4_RAMM=8G", b = "DSV4_THREADS=2", c = "PATH=/bin", d = "DSV4_ZZZZZZZZZZ=1";
-  char* env[] = {a.data(), b.data(), c.data(), d.data(), nullptr};
-  std::vector<std::string> problems = unknown_environment(env);
-  ASSERT_EQ(problems.size(), 2u);
-  EXPECT_EQ(problems[0], "unknown environment variable DSV4_RAMM (did you mean DSV4_RAM?)");
-  EXPECT_EQ(problems[1], "unknown environment variable DSV4_ZZZZZZZZZZ");
-  EXPECT_EQ(closest_match("--temprature", {"--temperature", "--top-p"}), "--temperature");
-  EXPECT_EQ(setting("ram").env, "DSV4_RAM");
-  EXPECT_THROW(setting("no-such-setting"), Error);
 }
 
 }  // namespace

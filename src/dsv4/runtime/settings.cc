@@ -36,6 +36,7 @@ const std::vector<Setting>& all_settings() {
       {"kernels", "", "DSV4_KERNELS", "string", "auto", "force a kernel path: scalar, avx2 or avx512"},
       {"test_tmp", "", "DSV4_TEST_TMP", "path", "", "scratch directory for the test suite"},
       {"tok_oracle_seed", "", "DSV4_TOK_ORACLE_SEED", "int", "1", "test suite: seed of the tokenizer oracle's generated strings"},
+      {"v3_tokenizer", "", "DSV4_V3_TOKENIZER", "path", "tests/node/node_modules/...", "tokenizer benchmark: the DeepSeek-V3 tokenizer.json to load"},
       {"fuzz_seconds", "", "DSV4_FUZZ_SECONDS", "int", "30", "scripts/test.sh: seconds per fuzz target"},
       {"skip_asan", "", "DSV4_SKIP_ASAN", "bool", "0", "scripts/test.sh: skip the sanitizer build"},
       {"setup_browser", "", "DSV4_SETUP_BROWSER", "bool", "1", "scripts/setup.sh: install Chromium for the web tests"},
