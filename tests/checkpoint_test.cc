@@ -330,6 +330,25 @@ TEST_F(BadCheckpoint, HashLayerCountChangesSchema) {
   EXPECT_NE(r.err.find("(2 problems)"), std::string::npos) << r.err;
 }
 
+// Structurally valid but holding NaN encodings: refused when the weights load.
+TEST_F(BadCheckpoint, NanCodesInWeights) {
+  Shard s = read_shard(shard(1));
+  const size_t wq_a = s.header["layers.0.attn.wq_a.weight"]["data_offsets"][0].get<size_t>();
+  s.data[wq_a + 5] = static_cast<char>(0xFF);
+  write_shard(shard(1), s);
+  auto r = test::run_dsv4("generate -m " + dir_ + " --tokens 1,2 -n 1 --greedy --print-ids");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor layers.0.attn.wq_a.weight holds a NaN encoding (0xFF) at index 5"), std::string::npos)
+      << r.err;
+  s = read_shard(shard(1));
+  s.data[s.header["layers.0.attn.wkv.scale"]["data_offsets"][0].get<size_t>()] = static_cast<char>(0xFF);
+  s.data[wq_a + 5] = 0;
+  write_shard(shard(1), s);
+  r = test::run_dsv4("generate -m " + dir_ + " --tokens 1,2 -n 1 --greedy --print-ids");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("layers.0.attn.wkv.scale holds a NaN encoding"), std::string::npos) << r.err;
+}
+
 TEST_F(BadCheckpoint, NotADirectory) {
   auto r = test::run_dsv4("inspect " + dir_ + "/config.json");
   EXPECT_EQ(r.exit_code, 1);

@@ -33,8 +33,26 @@ class Loader {
     m.rows = ref.info->shape[0];
     m.cols = ref.info->shape[1];
     m.data = bytes(name + ".weight");
-    if (format == WeightFormat::kFP8) m.scales = bytes(name + ".scale");
+    if (format == WeightFormat::kFP8) {
+      m.scales = bytes(name + ".scale");
+      check_codes(name + ".weight", static_cast<const uint8_t*>(m.data), m.data_bytes(),
+                  [](uint8_t c) { return (c & 0x7F) == 0x7F; });  // E4M3 NaN: S.1111.111
+      check_codes(name + ".scale", m.scales, m.scale_bytes(), [](uint8_t c) { return c == 0xFF; });  // E8M0 NaN
+    } else if (format == WeightFormat::kBF16) {
+      const uint16_t* v = static_cast<const uint16_t*>(m.data);
+      for (int64_t i = 0; i < m.rows * m.cols; ++i)
+        if ((v[i] & 0x7F80) == 0x7F80) fail("{}: tensor {} holds a non-finite value at index {}", ref.shard->path(), name + ".weight", i);
+    }
     return m;
+  }
+
+  // A corrupt or hostile file could hold NaN encodings (E4M3 0x7F/0xFF, E8M0 0xFF); they would
+  // silently turn every logit into NaN, so refuse them at load.
+  template <typename IsNan>
+  void check_codes(const std::string& name, const uint8_t* p, int64_t n, IsNan is_nan) {
+    for (int64_t i = 0; i < n; ++i)
+      if (is_nan(p[i]))
+        fail("{}: tensor {} holds a NaN encoding (0x{:02X}) at index {}", ck_.get(name).shard->path(), name, p[i], i);
   }
 
   Matrix f32_matrix(const std::string& name) {
