@@ -1,0 +1,4 @@
+#include "dsv4/kernels/kernels_internal.h"
+namespace dsv4::kernels::detail {
+const Table* avx2_table() { return nullptr; }
+}
