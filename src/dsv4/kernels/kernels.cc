@@ -79,7 +79,9 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   in->q.resize(qn);
   in->u.resize(qn);
   in->d.resize(static_cast<size_t>(n * ceil_div(cols, kQBlock)));
-  auto body = [&](int64_t i0, int64_t i1) { t.quantize_rows(in, i0, i1); };
+  auto body = [&](int64_t i0, int64_t i1) {
+    t.quantize_rows(x, cols, in->padded_cols, i0, i1, in->q.data(), in->u.data(), in->d.data());
+  };
   if (pool && n >= 8) {
     pool->parallel_for(n, std::max<int64_t>(1, n / (4 * pool->size())), body);
   } else {
@@ -105,7 +107,17 @@ void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, floa
   bool needs_q = numerics == Numerics::kFast && w.format == WeightFormat::kFP4;
   if (needs_q && !in.quantized)
     fail("kernels: fast fp4 matmul needs an input prepared with Numerics::kFast");
-  MatmulJob job{w, &in, y, y_stride, numerics};
+  MatmulJob job;
+  job.w = w;
+  job.x = in.x;
+  job.q = in.quantized ? in.q.data() : nullptr;
+  job.u = in.quantized ? in.u.data() : nullptr;
+  job.d = in.quantized ? in.d.data() : nullptr;
+  job.n = in.n;
+  job.padded_cols = in.padded_cols;
+  job.y = y;
+  job.y_stride = y_stride;
+  job.numerics = numerics;
   auto body = [&](int64_t r0, int64_t r1) { t.matmul_rows(job, r0, r1); };
   int threads = pool ? pool->size() : 1;
   int64_t grain = row_grain(w, in.n, threads);

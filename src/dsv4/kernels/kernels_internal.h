@@ -1,3 +1,6 @@
+// Helpers here are `static inline` on purpose: each translation unit (scalar, AVX2, AVX-512)
+// gets its own copy compiled with its own flags, never a linker-merged one.
+//
 // Shared between the kernel front end (kernels.cc), the dispatcher (dispatch.cc), the per
 // instruction-set implementations and the tests. Not part of the model-facing interface.
 //
@@ -21,38 +24,38 @@ inline constexpr int kFp8Block = 128;   // FP8 scale block (rows and columns)
 
 // The fixed reduction of the 8 lane accumulators: what a 256-bit horizontal sum computes
 // (upper half + lower half, then +2, then +1).
-inline float tree8(const float* a) {
+static inline float tree8(const float* a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Position of column c inside its 64-column span in the quantized activation layout.
-inline int64_t span_pos(int64_t c) {
+static inline int64_t span_pos(int64_t c) {
   int64_t s = c & ~int64_t{63}, j = c & 63;
   return s + ((j & 1) ? 32 + (j >> 1) : (j >> 1));
 }
 
 // E8M0 as float, and half of it (FP4 fast mode uses doubled E2M1 values {0,1,2,3,4,6,8,12}).
-inline float e8m0_half(uint8_t e) { return e8m0_to_f32(e) * 0.5f; }  // exact, 2^-128 is a denormal
+static inline float e8m0_half(uint8_t e) { return e8m0_to_f32(e) * 0.5f; }  // exact, 2^-128 is a denormal
 
 // FP8 fast-mode weight value: the E4M3 value times 2^-8, which is what reinterpreting the code
 // as fp16 bits gives (sign, then exponent and mantissa shifted into the fp16 fields). The two
 // NaN codes come out as +-1.875 there (fast mode does not support NaN weights; the checkpoint
 // has none).
-inline float fp8_fast_value(uint8_t code) {
+static inline float fp8_fast_value(uint8_t code) {
   if ((code & 0x7f) == 0x7f) return (code & 0x80) ? -1.875f : 1.875f;
   return fp8_e4m3_to_f32(code) * 0.00390625f;
 }
 
 // FP8 fast-mode activation pre-scale for a weight block: 2^(e-127) * 256.
-inline float fp8_fast_scale(uint8_t e) { return e8m0_to_f32(e) * 256.0f; }
+static inline float fp8_fast_scale(uint8_t e) { return e8m0_to_f32(e) * 256.0f; }
 
 // Quantization of one 32-column activation block in fast mode (definition; SIMD must match):
 //   amax = max |x|  (as the integer maximum of the magnitude bits: exact, order-free)
 //   not finite -> d = NaN, q = 0;  d = amax / 127;  d == 0 -> q = 0;
 //   otherwise q = clamp(round_half_even(x / d), -127, 127).
-inline void quantize_block_ref(const float* x, int len, int8_t* q, float* d) {
+static inline void quantize_block_ref(const float* x, int len, int8_t* q, float* d) {
   uint32_t amax_bits = 0;
   for (int k = 0; k < len; ++k) {
     uint32_t b;
@@ -80,9 +83,15 @@ inline void quantize_block_ref(const float* x, int len, int8_t* q, float* d) {
   }
 }
 
+// Raw pointers only: the SIMD translation units must not instantiate std::vector members.
 struct MatmulJob {
   Matrix w;
-  const QuantizedInput* in = nullptr;
+  const float* x = nullptr;     // [n, cols]
+  const int8_t* q = nullptr;    // [n, padded_cols] (fast FP4 only)
+  const uint8_t* u = nullptr;   // [n, padded_cols]
+  const float* d = nullptr;     // [n, ceil(cols/32)]
+  int64_t n = 0;
+  int64_t padded_cols = 0;
   float* y = nullptr;
   int64_t y_stride = 0;
   Numerics numerics = Numerics::kReference;
@@ -93,8 +102,10 @@ struct Table {
   const char* name;
   // Computes y[i, r] for all i < n and r in [r0, r1) completely (no cross-call reduction).
   void (*matmul_rows)(const MatmulJob& job, int64_t r0, int64_t r1);
-  // Quantizes activation rows [i0, i1) of in->x into in->q / in->u / in->d (storage sized).
-  void (*quantize_rows)(QuantizedInput* in, int64_t i0, int64_t i1);
+  // Quantizes activation rows [i0, i1) of x [*, cols] into q, u [*, padded_cols] and
+  // d [*, ceil(cols/32)] (whole-array base pointers).
+  void (*quantize_rows)(const float* x, int64_t cols, int64_t padded_cols, int64_t i0, int64_t i1, int8_t* q,
+                        uint8_t* u, float* d);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   // Machine-limit probes for the benchmarks: `iters` rounds of independent FMA chains

@@ -25,8 +25,7 @@ float lane_dot(const float* w, const float* x, int64_t padded) {
 
 void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
   const Matrix& w = job.w;
-  const QuantizedInput& in = *job.in;
-  const int64_t cols = w.cols, n = in.n;
+  const int64_t cols = w.cols, n = job.n;
   const int64_t padded = ceil_div(cols, kLanes) * kLanes;
   std::vector<float> wrow(static_cast<size_t>(padded), 0.0f), xrow(static_cast<size_t>(padded), 0.0f);
 
@@ -40,8 +39,8 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
       const uint8_t* s = w.scales + r * nb;
       for (int64_t c = 0; c < cols; ++c) wq[c] = kFp4Doubled[(c & 1) ? (p[c / 2] >> 4) : (p[c / 2] & 15)];
       for (int64_t i = 0; i < n; ++i) {
-        const int8_t* q = in.q.data() + i * in.padded_cols;
-        const float* d = in.d.data() + i * nb;
+        const int8_t* q = job.q + i * job.padded_cols;
+        const float* d = job.d + i * nb;
         float acc = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
           int32_t isum = 0;
@@ -64,7 +63,7 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
       decode_row(w, r, wrow.data());
     }
     for (int64_t i = 0; i < n; ++i) {
-      const float* x = in.x + i * cols;
+      const float* x = job.x + i * cols;
       if (fp8_fast) {
         // Activations times the weight block scale (times 2^8 for the fp16-style weight value).
         const uint8_t* s = w.scales + (r / kFp8Block) * scale_cols;
@@ -77,21 +76,22 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
   }
 }
 
-void quantize_rows_scalar(QuantizedInput* in, int64_t i0, int64_t i1) {
-  const int64_t cols = in->cols, nb = ceil_div(cols, kQBlock);
+void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1, int8_t* qall,
+                          uint8_t* uall, float* dall) {
+  const int64_t nb = ceil_div(cols, kQBlock);
   int8_t blk[kQBlock];
   for (int64_t i = i0; i < i1; ++i) {
-    const float* x = in->x + i * cols;
-    int8_t* q = in->q.data() + i * in->padded_cols;
-    uint8_t* u = in->u.data() + i * in->padded_cols;
-    float* d = in->d.data() + i * nb;
-    for (int64_t c = 0; c < in->padded_cols; ++c) q[c] = 0;
+    const float* x = xall + i * cols;
+    int8_t* q = qall + i * pc;
+    uint8_t* u = uall + i * pc;
+    float* d = dall + i * nb;
+    for (int64_t c = 0; c < pc; ++c) q[c] = 0;
     for (int64_t b = 0; b < nb; ++b) {
       int len = static_cast<int>(std::min<int64_t>(kQBlock, cols - b * kQBlock));
       quantize_block_ref(x + b * kQBlock, len, blk, &d[b]);
       for (int k = 0; k < len; ++k) q[span_pos(b * kQBlock + k)] = blk[k];
     }
-    for (int64_t c = 0; c < in->padded_cols; ++c) u[c] = static_cast<uint8_t>(q[c] + 128);
+    for (int64_t c = 0; c < pc; ++c) u[c] = static_cast<uint8_t>(q[c] + 128);
   }
 }
 
