@@ -371,6 +371,7 @@ TEST(KernelFast, QuantizationEdgeCases) {
     detail::prepare_input_with(detail::table_by_name(name), x.data(), 4, cols, Numerics::kFast, &got, nullptr);
     EXPECT_EQ(got.q, want.q) << name;
     EXPECT_EQ(got.u, want.u) << name;
+    EXPECT_EQ(got.qsum12, want.qsum12) << name;
     ASSERT_EQ(got.d.size(), want.d.size());
     for (size_t k = 0; k < got.d.size(); ++k) EXPECT_TRUE(same_bits(got.d[k], want.d[k])) << name << k;
   }

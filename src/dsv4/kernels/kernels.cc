@@ -79,8 +79,10 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   in->q.resize(qn);
   in->u.resize(qn);
   in->d.resize(static_cast<size_t>(n * ceil_div(cols, kQBlock)));
+  in->qsum12.resize(in->d.size());
   auto body = [&](int64_t i0, int64_t i1) {
-    t.quantize_rows(x, cols, in->padded_cols, i0, i1, in->q.data(), in->u.data(), in->d.data());
+    t.quantize_rows(x, cols, in->padded_cols, i0, i1, in->q.data(), in->u.data(), in->d.data(),
+                    in->qsum12.data());
   };
   if (pool && n >= 8) {
     pool->parallel_for(n, std::max<int64_t>(1, n / (4 * pool->size())), body);
@@ -113,6 +115,7 @@ void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, floa
   job.q = in.quantized ? in.q.data() : nullptr;
   job.u = in.quantized ? in.u.data() : nullptr;
   job.d = in.quantized ? in.d.data() : nullptr;
+  job.qsum12 = in.quantized ? in.qsum12.data() : nullptr;
   job.n = in.n;
   job.padded_cols = in.padded_cols;
   job.y = y;

@@ -64,6 +64,7 @@ struct QuantizedInput {
   std::vector<int8_t> q;        // [n, padded_cols] int8 codes, kernel order (docs/kernels.md)
   std::vector<uint8_t> u;       // q + 128, same order (the form the batched FP4 kernel uses)
   std::vector<float> d;         // [n, ceil(cols/32)] block scales: x ~ q * d
+  std::vector<int32_t> qsum12;  // [n, ceil(cols/32)] 12 * (sum of q in the block), for the kernels
   bool quantized = false;
 };
 

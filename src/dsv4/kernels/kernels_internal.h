@@ -90,6 +90,7 @@ struct MatmulJob {
   const int8_t* q = nullptr;    // [n, padded_cols] (fast FP4 only)
   const uint8_t* u = nullptr;   // [n, padded_cols]
   const float* d = nullptr;     // [n, ceil(cols/32)]
+  const int32_t* qsum12 = nullptr;  // [n, ceil(cols/32)] 12 * sum of q per block
   int64_t n = 0;
   int64_t padded_cols = 0;
   float* y = nullptr;
@@ -102,10 +103,10 @@ struct Table {
   const char* name;
   // Computes y[i, r] for all i < n and r in [r0, r1) completely (no cross-call reduction).
   void (*matmul_rows)(const MatmulJob& job, int64_t r0, int64_t r1);
-  // Quantizes activation rows [i0, i1) of x [*, cols] into q, u [*, padded_cols] and
-  // d [*, ceil(cols/32)] (whole-array base pointers).
+  // Quantizes activation rows [i0, i1) of x [*, cols] into q, u [*, padded_cols], d and qsum12
+  // [*, ceil(cols/32)] (whole-array base pointers).
   void (*quantize_rows)(const float* x, int64_t cols, int64_t padded_cols, int64_t i0, int64_t i1, int8_t* q,
-                        uint8_t* u, float* d);
+                        uint8_t* u, float* d, int32_t* qsum12);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   // Machine-limit probes for the benchmarks: `iters` rounds of independent FMA chains

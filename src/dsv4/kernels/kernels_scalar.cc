@@ -77,7 +77,7 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
 }
 
 void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1, int8_t* qall,
-                          uint8_t* uall, float* dall) {
+                          uint8_t* uall, float* dall, int32_t* q12all) {
   const int64_t nb = ceil_div(cols, kQBlock);
   int8_t blk[kQBlock];
   for (int64_t i = i0; i < i1; ++i) {
@@ -89,7 +89,9 @@ void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i
     for (int64_t b = 0; b < nb; ++b) {
       int len = static_cast<int>(std::min<int64_t>(kQBlock, cols - b * kQBlock));
       quantize_block_ref(x + b * kQBlock, len, blk, &d[b]);
-      for (int k = 0; k < len; ++k) q[span_pos(b * kQBlock + k)] = blk[k];
+      int32_t sum = 0;
+      for (int k = 0; k < len; ++k) q[span_pos(b * kQBlock + k)] = blk[k], sum += blk[k];
+      q12all[i * nb + b] = 12 * sum;
     }
     for (int64_t c = 0; c < pc; ++c) u[c] = static_cast<uint8_t>(q[c] + 128);
   }

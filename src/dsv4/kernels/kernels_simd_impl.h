@@ -21,6 +21,9 @@
 namespace dsv4_simd {
 namespace {
 
+// Loops over register tiles must be fully unrolled so their arrays live in registers.
+#define DSV4_UNROLL _Pragma("GCC unroll 16")
+
 template <class T>
 static inline T mn(T a, T b) { return a < b ? a : b; }
 
@@ -101,7 +104,7 @@ static void axpy(float a, const float* x, float* y, int64_t n) {
 // Fast-mode activation quantization (definition: kd::quantize_block_ref).
 
 static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1, int8_t* qall,
-                          uint8_t* uall, float* dall) {
+                          uint8_t* uall, float* dall, int32_t* q12all) {
   const int64_t nb = ceil_div(cols, kd::kQBlock);
   Buf<int8_t> nat(pc);
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
@@ -164,6 +167,12 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s + 32), od);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s), _mm256_xor_si256(ev, flip));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s + 32), _mm256_xor_si256(od, flip));
+    }
+    int32_t* q12 = q12all + i * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t sum = 0;
+      for (int k = 0; k < 32; ++k) sum += nat[b * 32 + k];
+      q12[b] = 12 * sum;
     }
   }
 }
@@ -270,17 +279,17 @@ static void matvec_group(const Matrix& w, const Dec& proto, const uint8_t* const
   const int64_t full = cols / 16 * 16;
   __m256 acc[R];
   Dec dec[R];
-  for (int j = 0; j < R; ++j) {
+  DSV4_UNROLL for (int j = 0; j < R; ++j) {
     acc[j] = _mm256_setzero_ps();
     dec[j] = proto;
   }
   const int64_t blk = w.format == WeightFormat::kFP4 ? 32 : 128;
   for (int64_t c0 = 0; c0 < cols; c0 += blk) {
-    for (int j = 0; j < R; ++j) dec[j].set_block(rix[j], c0);
+    DSV4_UNROLL for (int j = 0; j < R; ++j) dec[j].set_block(rix[j], c0);
     const int64_t cend = mn(full, c0 + blk);
     for (int64_t c = c0; c < cend; c += 16) {
       __m256 x0 = _mm256_loadu_ps(xs + c), x1 = _mm256_loadu_ps(xs + c + 8);
-      for (int j = 0; j < R; ++j) {
+      DSV4_UNROLL for (int j = 0; j < R; ++j) {
         __m256 lo, hi;
         dec[j].decode(rows[j] + c / 16 * Dec::bytes16, lo, hi);
         acc[j] = _mm256_fmadd_ps(lo, x0, acc[j]);
@@ -290,7 +299,7 @@ static void matvec_group(const Matrix& w, const Dec& proto, const uint8_t* const
     if (cend < mn(cols, c0 + blk)) {  // the ragged last 16 columns (inside this block)
       const int64_t c = full, rem = cols - full;
       __m256 x0 = _mm256_loadu_ps(xs + c), x1 = _mm256_loadu_ps(xs + c + 8);
-      for (int j = 0; j < R; ++j) {
+      DSV4_UNROLL for (int j = 0; j < R; ++j) {
         alignas(32) uint8_t tmp[64] = {};
         std::memcpy(tmp, rows[j] + c / 16 * Dec::bytes16, static_cast<size_t>(rem * Dec::bytes16 / 16));
         __m256 lo, hi;
@@ -300,7 +309,7 @@ static void matvec_group(const Matrix& w, const Dec& proto, const uint8_t* const
       }
     }
   }
-  for (int j = 0; j < R; ++j) out[j] = hsum8(acc[j]);
+  DSV4_UNROLL for (int j = 0; j < R; ++j) out[j] = hsum8(acc[j]);
 }
 
 static inline int64_t row_bytes(const Matrix& w) { return w.data_bytes() / w.rows; }
@@ -329,24 +338,26 @@ static void matvec_rows(const Matrix& w, const Dec& proto, const float* xs, int6
 // register tile keeps 12 accumulators (each one output's 8 canonical lanes) busy. Lane
 // accumulators persist across column chunks in `accs`.
 
-constexpr int kTileRows = 16;
+constexpr int kTileRows = 32;
 constexpr int kChunk = 512;
 
 template <int NA>
 static void gemm_micro(const float* w0, const float* w1, const float* const* xa, int64_t len, float* acc0,
                        float* acc1) {
   __m256 a0[NA], a1[NA];
-  for (int k = 0; k < NA; ++k) a0[k] = _mm256_loadu_ps(acc0 + 8 * k), a1[k] = _mm256_loadu_ps(acc1 + 8 * k);
+  DSV4_UNROLL for (int k = 0; k < NA; ++k) a0[k] = _mm256_loadu_ps(acc0 + 8 * k), a1[k] = _mm256_loadu_ps(acc1 + 8 * k);
   for (int64_t c = 0; c < len; c += 8) {
     __m256 v0 = _mm256_loadu_ps(w0 + c), v1 = _mm256_loadu_ps(w1 + c);
-    for (int k = 0; k < NA; ++k) {
+    DSV4_UNROLL for (int k = 0; k < NA; ++k) {
       __m256 xv = _mm256_loadu_ps(xa[k] + c);
       a0[k] = _mm256_fmadd_ps(v0, xv, a0[k]);
       a1[k] = _mm256_fmadd_ps(v1, xv, a1[k]);
     }
   }
-  for (int k = 0; k < NA; ++k) _mm256_storeu_ps(acc0 + 8 * k, a0[k]), _mm256_storeu_ps(acc1 + 8 * k, a1[k]);
+  DSV4_UNROLL for (int k = 0; k < NA; ++k) _mm256_storeu_ps(acc0 + 8 * k, a0[k]), _mm256_storeu_ps(acc1 + 8 * k, a1[k]);
 }
+
+constexpr int kActBlock = 96;  // activations per pass over a tile: bounds the accumulator scratch
 
 template <class Dec>
 static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_t r1) {
@@ -356,85 +367,91 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
   const int64_t rb = row_bytes(w);
   const bool fp8_fast = job.numerics == Numerics::kFast && w.format == WeightFormat::kFP8;
   const int64_t scale_cols = ceil_div(cols, 128);
-  Buf<float> wt(kTileRows * kChunk);
-  Buf<float> accs(kTileRows * n * 8);
-  Buf<float> xbuf(6 * kChunk);
+  const int64_t blk = w.format == WeightFormat::kFP4 ? 32 : 128;
+  // Scratch on the stack (~100 KB): heap blocks this large would be mmap'ed and page-faulted
+  // on every call.
+  alignas(32) float wt[kTileRows * kChunk];
+  alignas(32) float accs[kTileRows * kActBlock * 8];
+  alignas(32) float xbuf[6 * kChunk];
   for (int64_t t0 = r0; t0 < r1; t0 += kTileRows) {
     const int tr = static_cast<int>(mn<int64_t>(kTileRows, r1 - t0));
-    for (int64_t k = 0; k < kTileRows * n * 8; ++k) accs[k] = 0.0f;
-    for (int64_t k0 = 0; k0 < cols; k0 += kChunk) {
-      const int64_t len = mn<int64_t>(kChunk, cols - k0);
-      const int64_t len8 = ceil_div(len, 8) * 8;
-      // Decode the tile chunk (rows beyond the tile and columns beyond len are zero).
-      for (int j = 0; j < kTileRows; ++j) {
-        float* dst = wt.data() + j * kChunk;
-        if (j >= tr) {
-          for (int64_t c = 0; c < len8; ++c) dst[c] = 0.0f;
-          continue;
-        }
-        Dec dec = proto;
-        const uint8_t* row = base + (t0 + j) * rb;
-        const int64_t blk = w.format == WeightFormat::kFP4 ? 32 : 128;
-        for (int64_t c = 0; c < len; c += 16) {
-          if ((k0 + c) % blk == 0) dec.set_block(t0 + j, k0 + c);
-          __m256 lo, hi;
-          if (len - c >= 16) {
-            dec.decode(row + (k0 + c) / 16 * Dec::bytes16, lo, hi);
-          } else {
-            alignas(32) uint8_t tmp[64] = {};
-            std::memcpy(tmp, row + (k0 + c) / 16 * Dec::bytes16, static_cast<size_t>((len - c) * Dec::bytes16 / 16));
-            dec.decode(tmp, lo, hi);
-          }
-          _mm256_storeu_ps(dst + c, lo);
-          if (c + 8 < len8) _mm256_storeu_ps(dst + c + 8, hi);
-        }
-      }
-      for (int64_t i0 = 0; i0 < n; i0 += 6) {
-        const int na = static_cast<int>(mn<int64_t>(6, n - i0));
-        const float* xa[6];
-        const bool copy = fp8_fast || len8 != len;
-        for (int k = 0; k < na; ++k) {
-          const float* x = job.x + (i0 + k) * cols + k0;
-          if (!copy) {
-            xa[k] = x;
+    for (int64_t ib = 0; ib < n; ib += kActBlock) {
+      const int64_t nab = mn<int64_t>(kActBlock, n - ib);
+      for (int64_t k = 0; k < kTileRows * nab * 8; ++k) accs[k] = 0.0f;
+      for (int64_t k0 = 0; k0 < cols; k0 += kChunk) {
+        const int64_t len = mn<int64_t>(kChunk, cols - k0);
+        const int64_t len8 = ceil_div(len, 8) * 8;
+        // Decode the tile chunk (rows beyond the tile and columns beyond len are zero).
+        for (int j = 0; j < kTileRows; ++j) {
+          float* dst = wt + j * kChunk;
+          if (j >= tr) {
+            for (int64_t c = 0; c < len8; ++c) dst[c] = 0.0f;
             continue;
           }
-          float* dst = xbuf.data() + k * kChunk;
-          if (fp8_fast) {
-            const uint8_t* s = w.scales + (t0 / 128) * scale_cols;
-            for (int64_t c = 0; c < len; c += 128) {
-              const __m256 sv = _mm256_set1_ps(kd::fp8_fast_scale(s[(k0 + c) / 128]));
-              const int64_t e = mn<int64_t>(len, c + 128);
-              int64_t cc = c;
-              for (; cc + 8 <= e; cc += 8) _mm256_storeu_ps(dst + cc, _mm256_mul_ps(_mm256_loadu_ps(x + cc), sv));
-              for (; cc < e; ++cc) dst[cc] = x[cc] * _mm256_cvtss_f32(sv);
+          Dec dec = proto;
+          const uint8_t* row = base + (t0 + j) * rb;
+          for (int64_t c = 0; c < len; c += 16) {
+            if ((k0 + c) % blk == 0) dec.set_block(t0 + j, k0 + c);
+            __m256 lo, hi;
+            if (len - c >= 16) {
+              dec.decode(row + (k0 + c) / 16 * Dec::bytes16, lo, hi);
+            } else {
+              alignas(32) uint8_t tmp[64] = {};
+              std::memcpy(tmp, row + (k0 + c) / 16 * Dec::bytes16, static_cast<size_t>((len - c) * Dec::bytes16 / 16));
+              dec.decode(tmp, lo, hi);
             }
-          } else {
-            std::memcpy(dst, x, static_cast<size_t>(len) * 4);
+            _mm256_storeu_ps(dst + c, lo);
+            if (c + 8 < len8) _mm256_storeu_ps(dst + c + 8, hi);
           }
-          for (int64_t c = len; c < len8; ++c) dst[c] = 0.0f;
-          xa[k] = dst;
         }
-        for (int j = 0; j < kTileRows; j += 2) {
-          if (j >= tr) break;
-          float* a0 = accs.data() + (j * n + i0) * 8;
-          float* a1 = accs.data() + ((j + 1) * n + i0) * 8;
-          const float* w0 = wt.data() + j * kChunk;
-          const float* w1 = wt.data() + (j + 1) * kChunk;
-          switch (na) {
-            case 6: gemm_micro<6>(w0, w1, xa, len8, a0, a1); break;
-            case 5: gemm_micro<5>(w0, w1, xa, len8, a0, a1); break;
-            case 4: gemm_micro<4>(w0, w1, xa, len8, a0, a1); break;
-            case 3: gemm_micro<3>(w0, w1, xa, len8, a0, a1); break;
-            case 2: gemm_micro<2>(w0, w1, xa, len8, a0, a1); break;
-            default: gemm_micro<1>(w0, w1, xa, len8, a0, a1); break;
+        for (int64_t i0 = ib; i0 < ib + nab; i0 += 6) {
+          const int na = static_cast<int>(mn<int64_t>(6, ib + nab - i0));
+          const float* xa[6];
+          const bool copy = true;  // contiguous copies: activation rows 4 KiB apart alias in L1
+          for (int k = 0; k < na; ++k) {
+            const float* x = job.x + (i0 + k) * cols + k0;
+            if (!copy) {
+              xa[k] = x;
+              continue;
+            }
+            float* dst = xbuf + k * kChunk;
+            if (fp8_fast) {
+              const uint8_t* sc = w.scales + (t0 / 128) * scale_cols;
+              for (int64_t c = 0; c < len; c += 128) {
+                const __m256 sv = _mm256_set1_ps(kd::fp8_fast_scale(sc[(k0 + c) / 128]));
+                const int64_t e = mn<int64_t>(len, c + 128);
+                int64_t cc = c;
+                for (; cc + 8 <= e; cc += 8) _mm256_storeu_ps(dst + cc, _mm256_mul_ps(_mm256_loadu_ps(x + cc), sv));
+                for (; cc < e; ++cc) dst[cc] = x[cc] * _mm256_cvtss_f32(sv);
+              }
+            } else {  // (a memcpy here compiles to rep movsq, several times slower)
+              int64_t cc = 0;
+              for (; cc + 8 <= len; cc += 8) _mm256_storeu_ps(dst + cc, _mm256_loadu_ps(x + cc));
+              for (; cc < len; ++cc) dst[cc] = x[cc];
+            }
+            for (int64_t c = len; c < len8; ++c) dst[c] = 0.0f;
+            xa[k] = dst;
+          }
+          for (int j = 0; j < tr; j += 2) {
+            float* a0 = accs + (j * nab + (i0 - ib)) * 8;
+            float* a1 = accs + ((j + 1) * nab + (i0 - ib)) * 8;
+            const float* w0 = wt + j * kChunk;
+            const float* w1 = wt + (j + 1) * kChunk;
+            switch (na) {
+              case 6: gemm_micro<6>(w0, w1, xa, len8, a0, a1); break;
+              case 5: gemm_micro<5>(w0, w1, xa, len8, a0, a1); break;
+              case 4: gemm_micro<4>(w0, w1, xa, len8, a0, a1); break;
+              case 3: gemm_micro<3>(w0, w1, xa, len8, a0, a1); break;
+              case 2: gemm_micro<2>(w0, w1, xa, len8, a0, a1); break;
+              default: gemm_micro<1>(w0, w1, xa, len8, a0, a1); break;
+            }
           }
         }
       }
+      for (int j = 0; j < tr; ++j)
+        for (int64_t i = 0; i < nab; ++i)
+          job.y[(ib + i) * job.y_stride + t0 + j] = hsum8(_mm256_loadu_ps(accs + (j * nab + i) * 8));
     }
-    for (int j = 0; j < tr; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        job.y[i * job.y_stride + t0 + j] = hsum8(_mm256_loadu_ps(accs.data() + (j * n + i) * 8));
   }
 }
 
@@ -539,6 +556,22 @@ static inline void transpose_sums(const __m256i* v, __m256i& b0, __m256i& b1) {
   b1 = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
+static inline __m256i fp4_lut_offset() {  // doubled E2M1 value + 12: unsigned 0..24
+  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24,
+                          12, 11, 10, 9, 8, 6, 4, 0);
+}
+
+// One row's 64-column span against the activations: vpmaddubsw(w + 12 (unsigned), q (signed))
+// per nibble half, both added in int16 (|.| <= 2 * 2 * 24 * 127 < 32768), widened to int32.
+// Lanes 0-3 hold block 2s, 4-7 block 2s+1; the +12 is taken out per block later (12 * sum q).
+static inline __m256i fp4_span_offset(__m256i raw, __m256i xq_e, __m256i xq_o) {
+  const __m256i m4 = _mm256_set1_epi8(15), lut = fp4_lut_offset();
+  __m256i we = _mm256_shuffle_epi8(lut, _mm256_and_si256(raw, m4));
+  __m256i wo = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+  __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(we, xq_e), _mm256_maddubs_epi16(wo, xq_o));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
 static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   const Matrix& w = job.w;
   const int64_t cols = w.cols, nb = ceil_div(cols, 32), pc = job.padded_cols, rb = cols / 2;
@@ -546,7 +579,7 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const int8_t* q = job.q;
   const float* d = job.d;
-  const __m256i m4 = _mm256_set1_epi8(15), ones16 = _mm256_set1_epi16(1);
+  const int32_t* q12 = job.qsum12;
   for (int64_t r = r0; r < r1; r += 8) {
     const uint8_t* rows[8];
     const uint8_t* srows[8];
@@ -576,29 +609,33 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
       }
       const __m256i xq_e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64));
       const __m256i xq_o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32));
-      const __m256i xa_e = _mm256_abs_epi8(xq_e), xa_o = _mm256_abs_epi8(xq_o);
-      __m256i part[8];
-      for (int j = 0; j < 8; ++j) {
-        __m256i raw;
-        if (s < full_spans) {
-          raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + s * 32));
-        } else {
-          alignas(32) uint8_t tmp[32] = {};
-          std::memcpy(tmp, rows[j] + s * 32, static_cast<size_t>(rb - s * 32));
-          raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+      __m256i h[4];
+      if (s < full_spans) {
+        for (int j = 0; j < 8; j += 2) {
+          __m256i a = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + s * 32)), xq_e, xq_o);
+          __m256i b = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 1] + s * 32)), xq_e, xq_o);
+          h[j / 2] = _mm256_hadd_epi32(a, b);
         }
-        __m256i we = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(raw, m4));
-        __m256i wo = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-        __m256i pe = _mm256_maddubs_epi16(xa_e, _mm256_sign_epi8(we, xq_e));
-        __m256i po = _mm256_maddubs_epi16(xa_o, _mm256_sign_epi8(wo, xq_o));
-        part[j] = _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones16);
+      } else {
+        for (int j = 0; j < 8; j += 2) {
+          alignas(32) uint8_t ta[32] = {}, tb[32] = {};
+          std::memcpy(ta, rows[j] + s * 32, static_cast<size_t>(rb - s * 32));
+          std::memcpy(tb, rows[j + 1] + s * 32, static_cast<size_t>(rb - s * 32));
+          __m256i a = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(ta)), xq_e, xq_o);
+          __m256i b = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(tb)), xq_e, xq_o);
+          h[j / 2] = _mm256_hadd_epi32(a, b);
+        }
       }
-      __m256i s0, s1;
-      transpose_sums(part, s0, s1);
+      // [rows 0-3 | rows 0-3] and [rows 4-7 | rows 4-7] at (block 2s | block 2s+1).
+      __m256i ha = _mm256_hadd_epi32(h[0], h[1]), hb = _mm256_hadd_epi32(h[2], h[3]);
       const int64_t b = 2 * s;
-      __m256 c0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), sc[(b & 7)]);
+      __m256i s0 = _mm256_permute2x128_si256(ha, hb, 0x20);
+      s0 = _mm256_sub_epi32(s0, _mm256_set1_epi32(q12[b]));
+      __m256 c0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), sc[b & 7]);
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), c0, acc);
       if (b + 1 < nb) {
+        __m256i s1 = _mm256_permute2x128_si256(ha, hb, 0x31);
+        s1 = _mm256_sub_epi32(s1, _mm256_set1_epi32(q12[b + 1]));
         __m256 c1 = _mm256_mul_ps(_mm256_set1_ps(d[b + 1]), sc[(b + 1) & 7]);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), c1, acc);
       }
@@ -618,27 +655,27 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
 // (|sum| <= 4 * 2 * 255 * 12 < 32768) before widening.
 
 constexpr int kQTile = 32;
+constexpr int kQSpans = 16;  // columns per chunk: 16 spans = 1024 = 32 blocks
 
 struct Fp4Tile {
-  Fp4Tile(int64_t spans_, int64_t nb_)
-      : spans(spans_), nb(nb_), w(4 * spans_ * 512), corr(4 * nb_ * 8), sc(4 * nb_ * 8) {}
-  int64_t spans, nb;
-  Buf<uint8_t> w;     // [sub 4][span][group 16][row 8][4]
-  Buf<int32_t> corr;  // [sub 4][block][row 8]  -128 * sum of weights
-  Buf<float> sc;      // [sub 4][block][row 8]  scale / 2
+  alignas(32) uint8_t w[4 * kQSpans * 512];  // [sub 4][span][group 16][row 8][4]
+  alignas(32) int32_t corr[4 * 2 * kQSpans * 8];  // [sub 4][block][row 8]  -128 * sum of weights
+  alignas(32) float sc[4 * 2 * kQSpans * 8];      // [sub 4][block][row 8]  scale / 2
 };
 
-static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, Fp4Tile& t) {
-  const int64_t cols = w.cols, rb = cols / 2, full_spans = cols / 64;
+// Decodes rows [t0, t1) (up to 32), spans [s0, s0 + ns) into the tile.
+static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0, int64_t ns, Fp4Tile& t) {
+  const int64_t cols = w.cols, rb = cols / 2, full_spans = cols / 64, nb = ceil_div(cols, 32);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const __m256i m4 = _mm256_set1_epi8(15), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   for (int sub = 0; sub < 4; ++sub) {
-    uint8_t* dst = t.w.data() + sub * t.spans * 512;
-    int32_t* corr = t.corr.data() + sub * t.nb * 8;
-    float* sc = t.sc.data() + sub * t.nb * 8;
-    for (int64_t s = 0; s < t.spans; ++s) {
+    uint8_t* dst = t.w + sub * kQSpans * 512;
+    int32_t* corr = t.corr + sub * 2 * kQSpans * 8;
+    float* sc = t.sc + sub * 2 * kQSpans * 8;
+    for (int64_t ls = 0; ls < ns; ++ls) {
+      const int64_t s = s0 + ls;
       __m256i ev[8], od[8], sums[8];
-      for (int j = 0; j < 8; ++j) {
+      DSV4_UNROLL for (int j = 0; j < 8; ++j) {
         int64_t r = t0 + sub * 8 + j;
         __m256i raw = _mm256_setzero_si256();
         if (r < t1) {
@@ -657,13 +694,11 @@ static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, Fp4Tile& t)
       }
       __m256i c0, c1;
       transpose_sums(sums, c0, c1);
-      const int64_t b = 2 * s;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(c0, 7)));
-      if (b + 1 < t.nb)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr + (b + 1) * 8),
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(c1, 7)));
+      const __m256i zero = _mm256_setzero_si256();
+      _mm256_store_si256(reinterpret_cast<__m256i*>(corr + (2 * ls) * 8), _mm256_sub_epi32(zero, _mm256_slli_epi32(c0, 7)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(corr + (2 * ls + 1) * 8), _mm256_sub_epi32(zero, _mm256_slli_epi32(c1, 7)));
       // 8x8 dword transpose of ev (groups 0-7) and od (groups 8-15).
-      for (int half = 0; half < 2; ++half) {
+      DSV4_UNROLL for (int half = 0; half < 2; ++half) {
         __m256i* v = half ? od : ev;
         __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]), a1 = _mm256_unpackhi_epi32(v[0], v[1]);
         __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]), a3 = _mm256_unpackhi_epi32(v[2], v[3]);
@@ -673,93 +708,99 @@ static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, Fp4Tile& t)
         __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
         __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
         __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
-        __m256i g[8] = {_mm256_permute2x128_si256(b0, b4, 0x20), _mm256_permute2x128_si256(b1, b5, 0x20),
-                        _mm256_permute2x128_si256(b2, b6, 0x20), _mm256_permute2x128_si256(b3, b7, 0x20),
-                        _mm256_permute2x128_si256(b0, b4, 0x31), _mm256_permute2x128_si256(b1, b5, 0x31),
-                        _mm256_permute2x128_si256(b2, b6, 0x31), _mm256_permute2x128_si256(b3, b7, 0x31)};
-        for (int k = 0; k < 8; ++k)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + s * 512 + (half * 8 + k) * 32), g[k]);
+        uint8_t* o = dst + ls * 512 + half * 8 * 32;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 0 * 32), _mm256_permute2x128_si256(b0, b4, 0x20));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 1 * 32), _mm256_permute2x128_si256(b1, b5, 0x20));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 2 * 32), _mm256_permute2x128_si256(b2, b6, 0x20));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 3 * 32), _mm256_permute2x128_si256(b3, b7, 0x20));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 4 * 32), _mm256_permute2x128_si256(b0, b4, 0x31));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 5 * 32), _mm256_permute2x128_si256(b1, b5, 0x31));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 6 * 32), _mm256_permute2x128_si256(b2, b6, 0x31));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 7 * 32), _mm256_permute2x128_si256(b3, b7, 0x31));
       }
     }
-    for (int64_t b = 0; b < t.nb; ++b)
+    const int64_t lb_end = mn<int64_t>(2 * ns, nb - 2 * s0);
+    for (int64_t lb = 0; lb < lb_end; ++lb)
       for (int j = 0; j < 8; ++j) {
         int64_t r = t0 + sub * 8 + j;
-        sc[b * 8 + j] = r < t1 ? kd::e8m0_half(w.scales[r * t.nb + b]) : 0.0f;
+        sc[lb * 8 + j] = r < t1 ? kd::e8m0_half(w.scales[r * nb + 2 * s0 + lb]) : 0.0f;
       }
   }
 }
 
 // Blocks of a span: groups 0-3 and 8-11 hold block 2s, groups 4-7 and 12-15 block 2s+1.
+// facc continues the canonical chain: it starts from yo (or 0 for the first chunk).
 template <int NA>
 static void fp4_gemm_micro(const Fp4Tile& t, int sub, const uint8_t* const* xu, const float* const* xd,
-                           float* const* yo, int64_t nb) {
-  const uint8_t* wt = t.w.data() + sub * t.spans * 512;
-  const int32_t* corr = t.corr.data() + sub * t.nb * 8;
-  const float* sc = t.sc.data() + sub * t.nb * 8;
+                           float* const* yo, bool first, int64_t nbl) {
+  const uint8_t* wt = t.w + sub * kQSpans * 512;
+  const int32_t* corr = t.corr + sub * 2 * kQSpans * 8;
+  const float* sc = t.sc + sub * 2 * kQSpans * 8;
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 facc[NA];
-  for (int a = 0; a < NA; ++a) facc[a] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+  DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(yo[a]);
+  for (int64_t b = 0; b < nbl; ++b) {
     const int64_t s = b >> 1;
-    const int g0 = (b & 1) * 4;
+    const int g0 = static_cast<int>(b & 1) * 4;
     const uint8_t* ws = wt + s * 512;
-    const __m256i cv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + b * 8));
+    const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(corr + b * 8));
     __m256i iacc[NA];
-    for (int a = 0; a < NA; ++a) iacc[a] = cv;
-    for (int half = 0; half < 2; ++half) {
+    DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = cv;
+    DSV4_UNROLL for (int half = 0; half < 2; ++half) {
       const int gb = g0 + half * 8;
       __m256i p16[NA];
-      for (int a = 0; a < NA; ++a) p16[a] = _mm256_setzero_si256();
-      for (int g = gb; g < gb + 4; ++g) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
-        for (int a = 0; a < NA; ++a) {
+      DSV4_UNROLL for (int a = 0; a < NA; ++a) p16[a] = _mm256_setzero_si256();
+      DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
+        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
+        DSV4_UNROLL for (int a = 0; a < NA; ++a) {
           int32_t xv;
           std::memcpy(&xv, xu[a] + s * 64 + g * 4, 4);
           p16[a] = _mm256_add_epi16(p16[a], _mm256_maddubs_epi16(_mm256_set1_epi32(xv), wv));
         }
       }
-      for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], ones16));
+      DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], ones16));
     }
-    const __m256 scv = _mm256_loadu_ps(sc + b * 8);
-    for (int a = 0; a < NA; ++a) {
+    const __m256 scv = _mm256_load_ps(sc + b * 8);
+    DSV4_UNROLL for (int a = 0; a < NA; ++a) {
       __m256 c = _mm256_mul_ps(_mm256_set1_ps(xd[a][b]), scv);
       facc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[a]), c, facc[a]);
     }
   }
-  for (int a = 0; a < NA; ++a) _mm256_storeu_ps(yo[a], facc[a]);
+  DSV4_UNROLL for (int a = 0; a < NA; ++a) _mm256_storeu_ps(yo[a], facc[a]);
 }
 
 static void fp4_gemm(const MatmulJob& job, int64_t r0, int64_t r1) {
   const Matrix& w = job.w;
-  const int64_t n = job.n, nb = ceil_div(w.cols, 32), pc = job.padded_cols;
-  Fp4Tile t(pc / 64, nb);
+  const int64_t n = job.n, nb = ceil_div(w.cols, 32), pc = job.padded_cols, spans = pc / 64;
+  Fp4Tile t;
+  alignas(32) float ybuf[4 * 4 * 8];  // short row tiles accumulate here instead of in y
   for (int64_t t0 = r0; t0 < r1; t0 += kQTile) {
     const int64_t t1 = mn(r1, t0 + kQTile);
-    fp4_decode_tile(w, t0, t1, t);
     const int subs = static_cast<int>(ceil_div(t1 - t0, 8));
-    for (int64_t i0 = 0; i0 < n; i0 += 4) {
-      const int na = static_cast<int>(mn<int64_t>(4, n - i0));
-      const uint8_t* xu[4];
-      const float* xd[4];
-      for (int a = 0; a < na; ++a) xu[a] = job.u + (i0 + a) * pc, xd[a] = job.d + (i0 + a) * nb;
-      for (int sub = 0; sub < subs; ++sub) {
-        alignas(32) float out[4][8];
-        float* yo[4] = {out[0], out[1], out[2], out[3]};
-        switch (na) {
-          case 4: fp4_gemm_micro<4>(t, sub, xu, xd, yo, nb); break;
-          case 3: fp4_gemm_micro<3>(t, sub, xu, xd, yo, nb); break;
-          case 2: fp4_gemm_micro<2>(t, sub, xu, xd, yo, nb); break;
-          default: fp4_gemm_micro<1>(t, sub, xu, xd, yo, nb); break;
-        }
-        const int64_t rbase = t0 + sub * 8;
-        const int rows = static_cast<int>(mn<int64_t>(8, t1 - rbase));
-        for (int a = 0; a < na; ++a) {
-          float* y = job.y + (i0 + a) * job.y_stride + rbase;
-          if (rows == 8) {
-            _mm256_storeu_ps(y, _mm256_load_ps(out[a]));
-          } else {
-            for (int j = 0; j < rows; ++j) y[j] = out[a][j];
+    for (int64_t s0 = 0; s0 < spans; s0 += kQSpans) {
+      const int64_t ns = mn<int64_t>(kQSpans, spans - s0);
+      const int64_t nbl = mn<int64_t>(2 * ns, nb - 2 * s0);
+      fp4_decode_tile(w, t0, t1, s0, ns, t);
+      for (int64_t i0 = 0; i0 < n; i0 += 4) {
+        const int na = static_cast<int>(mn<int64_t>(4, n - i0));
+        const uint8_t* xu[4];
+        const float* xd[4];
+        for (int a = 0; a < na; ++a) xu[a] = job.u + (i0 + a) * pc + s0 * 64, xd[a] = job.d + (i0 + a) * nb + 2 * s0;
+        for (int sub = 0; sub < subs; ++sub) {
+          const int64_t rbase = t0 + sub * 8;
+          const bool full = rbase + 8 <= t1;
+          float* yo[4];
+          for (int a = 0; a < na; ++a)
+            yo[a] = full ? job.y + (i0 + a) * job.y_stride + rbase : ybuf + (sub * 4 + a) * 8;
+          switch (na) {
+            case 4: fp4_gemm_micro<4>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
+            case 3: fp4_gemm_micro<3>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
+            case 2: fp4_gemm_micro<2>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
+            default: fp4_gemm_micro<1>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
           }
+          if (!full && s0 + kQSpans >= spans)
+            for (int a = 0; a < na; ++a)
+              for (int64_t j = 0; j < t1 - rbase; ++j) job.y[(i0 + a) * job.y_stride + rbase + j] = yo[a][j];
         }
       }
     }
@@ -803,14 +844,21 @@ static void matmul_rows(const MatmulJob& job, int64_t r0, int64_t r1) {
 // ---------------------------------------------------------------------------------------
 // Machine-limit probes.
 
+// 12 independent chains in named registers (an array can end up in memory at -O2).
 static double fma_probe(int64_t iters) {
-  __m256 a[12];
-  for (int k = 0; k < 12; ++k) a[k] = _mm256_set1_ps(1.0f + 0.01f * k);
   const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
-  for (int64_t i = 0; i < iters; ++i)
-    for (int k = 0; k < 12; ++k) a[k] = _mm256_fmadd_ps(a[k], m, c);
-  __m256 s = a[0];
-  for (int k = 1; k < 12; ++k) s = _mm256_add_ps(s, a[k]);
+  __m256 a0 = _mm256_set1_ps(1.0f), a1 = _mm256_set1_ps(1.1f), a2 = _mm256_set1_ps(1.2f), a3 = _mm256_set1_ps(1.3f),
+         a4 = _mm256_set1_ps(1.4f), a5 = _mm256_set1_ps(1.5f), a6 = _mm256_set1_ps(1.6f), a7 = _mm256_set1_ps(1.7f),
+         a8 = _mm256_set1_ps(1.8f), a9 = _mm256_set1_ps(1.9f), a10 = _mm256_set1_ps(2.0f), a11 = _mm256_set1_ps(2.1f);
+  for (int64_t i = 0; i < iters; ++i) {
+    a0 = _mm256_fmadd_ps(a0, m, c), a1 = _mm256_fmadd_ps(a1, m, c), a2 = _mm256_fmadd_ps(a2, m, c);
+    a3 = _mm256_fmadd_ps(a3, m, c), a4 = _mm256_fmadd_ps(a4, m, c), a5 = _mm256_fmadd_ps(a5, m, c);
+    a6 = _mm256_fmadd_ps(a6, m, c), a7 = _mm256_fmadd_ps(a7, m, c), a8 = _mm256_fmadd_ps(a8, m, c);
+    a9 = _mm256_fmadd_ps(a9, m, c), a10 = _mm256_fmadd_ps(a10, m, c), a11 = _mm256_fmadd_ps(a11, m, c);
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
   volatile float sink = hsum8(s);
   (void)sink;
   return 2.0 * 8 * 12 * static_cast<double>(iters);
@@ -834,3 +882,5 @@ static double read_probe(const void* p, int64_t bytes) {
 
 }  // namespace
 }  // namespace dsv4_simd
+
+#undef DSV4_UNROLL
