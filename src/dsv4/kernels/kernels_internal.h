@@ -39,17 +39,21 @@ static inline int64_t span_pos(int64_t c) {
 // E8M0 as float, and half of it (FP4 fast mode uses doubled E2M1 values {0,1,2,3,4,6,8,12}).
 static inline float e8m0_half(uint8_t e) { return e8m0_to_f32(e) * 0.5f; }  // exact, 2^-128 is a denormal
 
-// FP8 fast-mode weight value: the E4M3 value times 2^-8, which is what reinterpreting the code
-// as fp16 bits gives (sign, then exponent and mantissa shifted into the fp16 fields). The two
-// NaN codes come out as +-1.875 there (fast mode does not support NaN weights; the checkpoint
-// has none).
+// FP8 fast-mode weight value: the E4M3 value times 2^-120, which is what placing the code's
+// bits into a float32 gives: sign-extend the byte, shift left 20 (sign -> bit 31, exponent and
+// mantissa -> bits 26..20), clear the sign copies in bits 30..27. The exponent bias 7 vs 127 is
+// the 2^-120; E4M3 subnormals land on float32 denormals, also exactly. The two NaN codes come
+// out as +-480 * 2^-120 (fast mode does not support NaN weights; checkpoints have none).
 static inline float fp8_fast_value(uint8_t code) {
-  if ((code & 0x7f) == 0x7f) return (code & 0x80) ? -1.875f : 1.875f;
-  return fp8_e4m3_to_f32(code) * 0.00390625f;
+  uint32_t bits = (static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(code))) << 20) & 0x87ffffffu;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
-// FP8 fast-mode activation pre-scale for a weight block: 2^(e-127) * 256.
-static inline float fp8_fast_scale(uint8_t e) { return e8m0_to_f32(e) * 256.0f; }
+// FP8 fast-mode activation pre-scale for a weight block: 2^(e-127) * 2^120 = 2^(e-7).
+// Finite for e <= 134 (block scales up to 2^7; real checkpoints stay below 2^0).
+static inline float fp8_fast_scale(uint8_t e) { return e8m0_to_f32(e) * 0x1p120f; }
 
 // Quantization of one 32-column activation block in fast mode (definition; SIMD must match):
 //   amax = max |x|  (as the integer maximum of the magnitude bits: exact, order-free)

@@ -201,26 +201,27 @@ struct DecBF16 {
   }
 };
 
-// E4M3 -> fp16 bits: sign-extend the byte to 16 bits, shift left 7 (sign lands in bit 15,
-// exponent and mantissa in the fp16 fields, exponent bias 7 vs 15 = a factor 2^-8), clear the
-// copy of the sign that lands in bit 14. Subnormals map to fp16 subnormals, also exactly.
-static inline void fp8_to_half_scaled(const uint8_t* p, __m256& lo, __m256& hi) {
-  __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbfff)));
-  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
-  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+// E4M3 bytes -> float32 bits (value * 2^-120): sign-extend the byte to 32 bits, shift left 20
+// (sign to bit 31, exponent and mantissa to bits 26..20), clear the sign copies in bits 30..27.
+// Exponent bias 7 vs 127 is the factor 2^-120; E4M3 subnormals become float32 denormals, exactly.
+static inline void fp8_bits_scaled(const uint8_t* p, __m256& lo, __m256& hi) {
+  const __m256i keep = _mm256_set1_epi32(static_cast<int>(0x87ffffffu));
+  __m256i a = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+  lo = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(a, 20), keep));
+  hi = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(b, 20), keep));
 }
 
-// Fast FP8: the weight value times 2^-8, unscaled (the scale goes onto the activations).
+// Fast FP8: the weight value times 2^-120, unscaled (the scale goes onto the activations).
 struct DecFP8Fast {
   static constexpr int bytes16 = 16;
   void set_block(int64_t, int64_t) {}
-  void decode(const uint8_t* p, __m256& lo, __m256& hi) const { fp8_to_half_scaled(p, lo, hi); }
+  void decode(const uint8_t* p, __m256& lo, __m256& hi) const { fp8_bits_scaled(p, lo, hi); }
 };
 
 // Reference FP8: exactly fp8 * 2^(e-127) per element, one rounding, as the scalar decode.
-// (v * 2^-8) * (s * 2^8) is that single rounding whenever s * 2^8 is finite (e <= 246);
-// above, multiply by 2^8 first (exact) and then by s.
+// (v * 2^-120) * (s * 2^120) is that single rounding whenever s * 2^120 is finite (e <= 134);
+// above, multiply by 2^120 first (exact) and then by s.
 struct DecFP8Ref {
   static constexpr int bytes16 = 16;
   const Matrix* w;
@@ -229,12 +230,12 @@ struct DecFP8Ref {
   void set_block(int64_t r, int64_t c) {
     uint8_t e = w->scales[(r / 128) * ceil_div(w->cols, 128) + c / 128];
     float s = dsv4::e8m0_to_f32(e);
-    two_step = e > 246 && e != 255;
-    mul1 = _mm256_set1_ps(two_step ? 256.0f : s * 256.0f);
+    two_step = e > 134 && e != 255;
+    mul1 = _mm256_set1_ps(two_step ? 0x1p120f : s * 0x1p120f);
     mul2 = _mm256_set1_ps(s);
   }
   void decode(const uint8_t* p, __m256& lo, __m256& hi) const {
-    fp8_to_half_scaled(p, lo, hi);
+    fp8_bits_scaled(p, lo, hi);
     lo = _mm256_mul_ps(lo, mul1);
     hi = _mm256_mul_ps(hi, mul1);
     if (two_step) {
