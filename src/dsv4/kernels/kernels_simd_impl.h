@@ -358,6 +358,37 @@ static void gemm_micro(const float* w0, const float* w1, const float* const* xa,
   DSV4_UNROLL for (int k = 0; k < NA; ++k) _mm256_storeu_ps(acc0 + 8 * k, a0[k]), _mm256_storeu_ps(acc1 + 8 * k, a1[k]);
 }
 
+#if defined(DSV4_SIMD_AVX512)
+// AVX-512: two rows share one 512-bit register ([row r lanes 0-7 | row r+1 lanes 0-7]) against
+// the activation broadcast to both halves, so each half is still one output's 8 canonical lanes.
+// 4 row pairs x 6 activations = 24 accumulators of the 32 registers.
+template <int NA>
+static void gemm_micro512(const float* w, int64_t ldw, const float* const* xa, int64_t len, float* acc,
+                          int64_t ldacc) {
+  __m512 a[4][NA];
+  DSV4_UNROLL for (int p = 0; p < 4; ++p) DSV4_UNROLL for (int k = 0; k < NA; ++k) {
+    a[p][k] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(acc + ((2 * p) * ldacc + k) * 8)),
+                                 _mm256_loadu_ps(acc + ((2 * p + 1) * ldacc + k) * 8), 1);
+  }
+  for (int64_t c = 0; c < len; c += 8) {
+    __m512 wv[4];
+    DSV4_UNROLL for (int p = 0; p < 4; ++p) {
+      wv[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w + (2 * p) * ldw + c)),
+                                 _mm256_loadu_ps(w + (2 * p + 1) * ldw + c), 1);
+    }
+    DSV4_UNROLL for (int k = 0; k < NA; ++k) {
+      __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xa[k] + c));
+      DSV4_UNROLL for (int p = 0; p < 4; ++p) a[p][k] = _mm512_fmadd_ps(wv[p], xv, a[p][k]);
+    }
+  }
+  DSV4_UNROLL for (int p = 0; p < 4; ++p) DSV4_UNROLL for (int k = 0; k < NA; ++k) {
+    _mm256_storeu_ps(acc + ((2 * p) * ldacc + k) * 8, _mm512_castps512_ps256(a[p][k]));
+    // upper half via a masked store (the extract intrinsics trip a false -Wuninitialized in gcc 12)
+    _mm512_mask_storeu_ps(acc + ((2 * p + 1) * ldacc + k) * 8 - 8, 0xff00, a[p][k]);
+  }
+}
+#endif
+
 constexpr int kActBlock = 96;  // activations per pass over a tile: bounds the accumulator scratch
 
 template <class Dec>
@@ -433,6 +464,23 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
             for (int64_t c = len; c < len8; ++c) dst[c] = 0.0f;
             xa[k] = dst;
           }
+#if defined(DSV4_SIMD_AVX512)
+          if (true) {  // all 32 tile rows (zero rows past the tile's end are computed and dropped)
+            for (int j = 0; j < kTileRows; j += 8) {
+              float* a0 = accs + (j * nab + (i0 - ib)) * 8;
+              const float* w0 = wt + j * kChunk;
+              switch (na) {
+                case 6: gemm_micro512<6>(w0, kChunk, xa, len8, a0, nab); break;
+                case 5: gemm_micro512<5>(w0, kChunk, xa, len8, a0, nab); break;
+                case 4: gemm_micro512<4>(w0, kChunk, xa, len8, a0, nab); break;
+                case 3: gemm_micro512<3>(w0, kChunk, xa, len8, a0, nab); break;
+                case 2: gemm_micro512<2>(w0, kChunk, xa, len8, a0, nab); break;
+                default: gemm_micro512<1>(w0, kChunk, xa, len8, a0, nab); break;
+              }
+            }
+            continue;
+          }
+#endif
           for (int j = 0; j < tr; j += 2) {
             float* a0 = accs + (j * nab + (i0 - ib)) * 8;
             float* a1 = accs + ((j + 1) * nab + (i0 - ib)) * 8;
