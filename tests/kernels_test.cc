@@ -4,12 +4,16 @@
 // against the fixture's exact dequantisation.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/safetensors.h"
@@ -282,7 +286,9 @@ TEST(KernelPaths, DotAndAxpyBitExact) {
       std::vector<float> y1 = b, y2 = b;
       tab->axpy(-1.25f, a.data(), y1.data(), n);
       s.axpy(-1.25f, a.data(), y2.data(), n);
-      if (n > 0) ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << tab->name << n;
+      if (n > 0) {
+        ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << tab->name << n;
+      }
     }
   }
 }
@@ -417,6 +423,42 @@ TEST(KernelDecode, MatchesFixtureDequantisation) {
     ++checked;
   }
   EXPECT_EQ(checked, 12);
+}
+
+// The benchmark command: JSON with exactly the documented fields, and a forced unknown path is
+// an error that names the variable.
+TEST(KernelBench, JsonFieldsAndForcedPath) {
+  auto r = test::run_dsv4("bench kernels --n 16 --format fp4 --seconds 0 --threads 2 --json", "", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::ordered_json::parse(r.out);
+  ASSERT_EQ(doc.size(), 2u);  // w1/w3 and w2 shapes
+  for (const auto& j : doc) {
+    std::vector<std::string> keys;
+    for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+    EXPECT_EQ(keys, (std::vector<std::string>{"format", "rows", "cols", "n", "mode", "path", "seconds", "weight_gbps",
+                                              "gflops", "dram_gbps", "fma_gflops"}));
+    EXPECT_EQ(j["format"], "fp4");
+    EXPECT_EQ(j["n"], 16);
+    EXPECT_EQ(j["mode"], "fast");
+    EXPECT_GT(j["gflops"].get<double>(), 0.0);
+    EXPECT_GT(j["dram_gbps"].get<double>(), 0.0);
+    EXPECT_GT(j["fma_gflops"].get<double>(), 0.0);
+  }
+  auto bad = test::run_dsv4("bench kernels --n nope");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--n"), std::string::npos) << bad.err;
+}
+
+TEST(KernelBench, UnknownForcedPathNamesTheVariable) {
+  std::string cmd = std::string("DSV4_KERNELS=sse9 ") + DSV4_BINARY + " bench kernels --n 16 --format fp4 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, f)) out += buf;
+  int status = pclose(f);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_NE(out.find("DSV4_KERNELS=sse9"), std::string::npos) << out;
 }
 
 }  // namespace

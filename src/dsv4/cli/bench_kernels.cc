@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -121,15 +122,20 @@ int bench_kernels(const BenchKernelsOptions& o) {
   if (o.mode == "fast" || o.mode == "both") modes.push_back(Numerics::kFast);
   if (o.mode == "reference" || o.mode == "both") modes.push_back(Numerics::kReference);
   if (modes.empty()) fail("bench kernels: --mode must be fast, reference or both, not '{}'", o.mode);
+  if (o.threads < 0 || o.threads > 256) fail("bench kernels: --threads {} out of range 0..256", o.threads);
   int threads = o.threads > 0 ? o.threads : available_cpus();
   ThreadPool pool(threads);
   const std::string path = kernels::active_path();
 
   if (!o.json) std::printf("dsv4 bench kernels: path %s, %d threads; measuring machine limits...\n", path.c_str(), threads);
   kernels::MachineLimits lim = kernels::measure_machine_limits(&pool);
-  if (!o.json)
-    std::printf("machine: DRAM read %.1f GB/s, FP32 FMA peak %.0f GFLOP/s (%s width, %d threads, medians)\n\n",
-                lim.dram_read_gbps, lim.fma_gflops, path.c_str(), threads);
+  if (!o.json) {
+    double load[3] = {0, 0, 0};
+    if (getloadavg(load, 3) < 1) load[0] = -1;
+    std::printf("machine: DRAM read %.1f GB/s, FP32 FMA peak %.0f GFLOP/s (%s width, %d threads, medians); "
+                "load average %.2f\n\n",
+                lim.dram_read_gbps, lim.fma_gflops, path.c_str(), threads, load[0]);
+  }
 
   std::vector<Row> rows;
   if (!o.json)
@@ -151,11 +157,11 @@ int bench_kernels(const BenchKernelsOptions& o) {
       std::normal_distribution<float> g(0.0f, 1.0f);
       for (auto& v : x) v = g(rng);
       for (Numerics mode : modes) {
-        // Warm up, then time passes over the copies until ~0.5 s (at least 5 passes).
+        // Warm up, then time passes over the copies for --seconds (at least 5 passes).
         for (int64_t c = 0; c < copies; ++c) kernels::matmul(mats[c].m, x.data(), n, y.data(), mode, &pool);
         std::vector<double> per_call;
         double start = now();
-        while (per_call.size() < 5 || (now() - start < 0.5 && per_call.size() < 200)) {
+        while (per_call.size() < 5 || (now() - start < o.seconds && per_call.size() < 200)) {
           double t0 = now();
           for (int64_t c = 0; c < copies; ++c) kernels::matmul(mats[c].m, x.data(), n, y.data(), mode, &pool);
           per_call.push_back((now() - t0) / copies);

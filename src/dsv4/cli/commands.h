@@ -18,6 +18,7 @@ struct BenchKernelsOptions {
   std::string format;              // comma-separated: fp4,fp8,bf16 (empty = all)
   std::string mode = "fast";       // fast | reference | both
   int threads = 0;                 // 0 = all available CPUs
+  double seconds = 0.5;            // minimum timed time per case (at least 5 repetitions)
   bool json = false;
 };
 int bench_kernels(const BenchKernelsOptions& o);

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   bench_kernels_cmd->add_option("--mode", bench_kernels.mode, "numerics: fast, reference or both")
       ->capture_default_str();
   bench_kernels_cmd->add_option("--threads", bench_kernels.threads, "threads (0 = all CPUs)");
+  bench_kernels_cmd->add_option("--seconds", bench_kernels.seconds, "minimum timed seconds per case")
+      ->capture_default_str();
   bench_kernels_cmd->add_flag("--json", bench_kernels.json, "print JSON");
   // ---- end bench (kernels block)
 
