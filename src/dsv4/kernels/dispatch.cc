@@ -1,6 +1,9 @@
 // Chooses the instruction-set path once, at first use: DSV4_KERNELS if set, else the best the
-// CPU supports. The choice is a pointer to an immutable table, initialized thread-safely.
+// CPU (CPUID) and the OS (XCR0) support. The choice is a pointer to an immutable table, initialized thread-safely.
 #include <cstdlib>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <string>
 
 #include "dsv4/kernels/kernels_internal.h"
@@ -8,17 +11,41 @@
 
 namespace dsv4::kernels::detail {
 
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID + XGETBV directly: clang 14's __builtin_cpu_supports knows neither "f16c" nor "bmi2",
+// and the OS must also have enabled the AVX / AVX-512 register state (XCR0).
+struct CpuFeatures {
+  bool avx2 = false, avx512 = false;
+};
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!osxsave || !avx) return f;
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  const bool ymm_state = (xlo & 0x6u) == 0x6u, zmm_state = (xlo & 0xe6u) == 0xe6u;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
+             avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
+  f.avx2 = ymm_state && avx2 && fma && f16c && bmi2;
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
+  return f;
+}
+#endif
+
+}  // namespace
+
 bool cpu_supports(const std::string& path) {
   if (path == "scalar") return true;
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (path == "avx2")
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-           __builtin_cpu_supports("bmi2");
-  if (path == "avx512")
-    return cpu_supports("avx2") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni");
+  static const CpuFeatures f = detect();
+  if (path == "avx2") return f.avx2;
+  if (path == "avx512") return f.avx512;
 #endif
   return false;
 }
