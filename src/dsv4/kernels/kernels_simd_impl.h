@@ -626,6 +626,19 @@ static inline __m256i fp4_span_offset(__m256i raw, __m256i xq_e, __m256i xq_o) {
 #endif
 }
 
+#if defined(DSV4_SIMD_AVX512)
+// AVX-512 matrix-vector: two spans (128 columns) per row per step on 512-bit registers. The
+// int32 lanes come out as [block 2s | 2s+1 | 2s+2 | 2s+3] x 4 partial sums; the two 256-bit
+// halves then go through the same transpose as the AVX2 code (exact integer sums either way).
+static inline __m512i fp4_2span_offset(__m512i raw, __m512i xq_e, __m512i xq_o) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fp4_lut_offset()));
+  __m512i we = _mm512_shuffle_epi8(lut, _mm512_and_si512(raw, m4));
+  __m512i wo = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), we, xq_e), wo, xq_o);
+}
+#endif
+
 static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   const Matrix& w = job.w;
   const int64_t cols = w.cols, nb = ceil_div(cols, 32), pc = job.padded_cols, rb = cols / 2;
@@ -644,28 +657,61 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
     }
     __m256 acc = _mm256_setzero_ps();
     __m256 sc[8];
-    for (int64_t s = 0; s < spans; ++s) {
-      if ((s & 3) == 0) {  // 8 blocks = 4 spans of scales
-        const int64_t b0 = 2 * s;
+    // Per-row int32 partial sums of span s (pairs hadd'ed into h[4]) -> blocks 2s, 2s+1.
+    auto finish = [&](const __m256i* h, int64_t s) {
+      __m256i ha = _mm256_hadd_epi32(h[0], h[1]), hb = _mm256_hadd_epi32(h[2], h[3]);
+      const int64_t b = 2 * s;
+      __m256i s0 = _mm256_sub_epi32(_mm256_permute2x128_si256(ha, hb, 0x20), _mm256_set1_epi32(q12[b]));
+      __m256 c0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), sc[b & 7]);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), c0, acc);
+      if (b + 1 < nb) {
+        __m256i s1 = _mm256_sub_epi32(_mm256_permute2x128_si256(ha, hb, 0x31), _mm256_set1_epi32(q12[b + 1]));
+        __m256 c1 = _mm256_mul_ps(_mm256_set1_ps(d[b + 1]), sc[(b + 1) & 7]);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), c1, acc);
+      }
+    };
+    auto load_scales = [&](int64_t s) {  // 8 blocks = 4 spans of scales
+      const int64_t b0 = 2 * s;
+      const uint8_t* src[8];
+      uint8_t tmp[8][8];
+      for (int j = 0; j < 8; ++j) {
         if (b0 + 8 <= nb) {
-          const uint8_t* src[8];
-          for (int j = 0; j < 8; ++j) src[j] = srows[j] + b0;
-          scales_8x8(src, sc);
+          src[j] = srows[j] + b0;
         } else {
-          uint8_t tmp[8][8];
-          const uint8_t* src[8];
-          for (int j = 0; j < 8; ++j) {
-            for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? srows[j][b0 + k] : 127;
-            src[j] = tmp[j];
-          }
-          scales_8x8(src, sc);
+          for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? srows[j][b0 + k] : 127;
+          src[j] = tmp[j];
         }
       }
+      scales_8x8(src, sc);
+    };
+    int64_t s = 0;
+#if defined(DSV4_SIMD_AVX512)
+    for (; s + 2 <= full_spans; s += 2) {
+      if ((s & 3) == 0) load_scales(s);
+      const __m512i xe = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 64)), 1);
+      const __m512i xo = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 96)), 1);
+      __m256i hl[4], hh[4];
+      DSV4_UNROLL for (int j = 0; j < 8; j += 2) {
+        __m512i a = fp4_2span_offset(_mm512_loadu_si512(rows[j] + s * 32), xe, xo);
+        __m512i b = fp4_2span_offset(_mm512_loadu_si512(rows[j + 1] + s * 32), xe, xo);
+        hl[j / 2] = _mm256_hadd_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b));
+        hh[j / 2] = _mm256_hadd_epi32(_mm512_extracti64x4_epi64(a, 1), _mm512_extracti64x4_epi64(b, 1));
+      }
+      finish(hl, s);
+      finish(hh, s + 1);
+    }
+#endif
+    for (; s < spans; ++s) {
+      if ((s & 3) == 0) load_scales(s);
       const __m256i xq_e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64));
       const __m256i xq_o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32));
       __m256i h[4];
       if (s < full_spans) {
-        for (int j = 0; j < 8; j += 2) {
+        DSV4_UNROLL for (int j = 0; j < 8; j += 2) {
           __m256i a = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + s * 32)), xq_e, xq_o);
           __m256i b = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 1] + s * 32)), xq_e, xq_o);
           h[j / 2] = _mm256_hadd_epi32(a, b);
@@ -680,19 +726,7 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
           h[j / 2] = _mm256_hadd_epi32(a, b);
         }
       }
-      // [rows 0-3 | rows 0-3] and [rows 4-7 | rows 4-7] at (block 2s | block 2s+1).
-      __m256i ha = _mm256_hadd_epi32(h[0], h[1]), hb = _mm256_hadd_epi32(h[2], h[3]);
-      const int64_t b = 2 * s;
-      __m256i s0 = _mm256_permute2x128_si256(ha, hb, 0x20);
-      s0 = _mm256_sub_epi32(s0, _mm256_set1_epi32(q12[b]));
-      __m256 c0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), sc[b & 7]);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), c0, acc);
-      if (b + 1 < nb) {
-        __m256i s1 = _mm256_permute2x128_si256(ha, hb, 0x31);
-        s1 = _mm256_sub_epi32(s1, _mm256_set1_epi32(q12[b + 1]));
-        __m256 c1 = _mm256_mul_ps(_mm256_set1_ps(d[b + 1]), sc[(b + 1) & 7]);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), c1, acc);
-      }
+      finish(h, s);
     }
     alignas(32) float out[8];
     _mm256_store_ps(out, acc);
@@ -943,7 +977,7 @@ static double read_probe(const void* p, int64_t bytes) {
     s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(v + k + 3));
   }
   __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
-  alignas(32) int64_t o[4];
+  alignas(32) uint64_t o[4];  // unsigned: the checksum wraps
   _mm256_store_si256(reinterpret_cast<__m256i*>(o), s);
   return static_cast<double>(o[0] + o[1] + o[2] + o[3]);
 }
