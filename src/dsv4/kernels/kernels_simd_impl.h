@@ -275,9 +275,12 @@ struct DecFP4Ref {
 
 template <class Dec, int R>
 static void matvec_group(const Matrix& w, const Dec& proto, const uint8_t* const* rows, const int64_t* rix,
-                         const float* xs, float* out) {
+                         const float* xs, float* out, const uint8_t* pf = nullptr, int64_t pf_bytes = 0) {
   const int64_t cols = w.cols;
   const int64_t full = cols / 16 * 16;
+  // Prefetch the next row group (contiguous) linearly, a slice per 16 columns (see fp4_matvec).
+  const int64_t steps = ceil_div(cols, 16);
+  const int64_t pf_step = pf ? (pf_bytes / steps + 63) / 64 * 64 : 0;
   __m256 acc[R];
   Dec dec[R];
   DSV4_UNROLL for (int j = 0; j < R; ++j) {
@@ -289,6 +292,11 @@ static void matvec_group(const Matrix& w, const Dec& proto, const uint8_t* const
     DSV4_UNROLL for (int j = 0; j < R; ++j) dec[j].set_block(rix[j], c0);
     const int64_t cend = mn(full, c0 + blk);
     for (int64_t c = c0; c < cend; c += 16) {
+      if (pf) {
+        const int64_t o0 = c / 16 * pf_step;
+        for (int64_t o = o0; o < o0 + pf_step && o < pf_bytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(pf + o), _MM_HINT_T0);
+      }
       __m256 x0 = _mm256_loadu_ps(xs + c), x1 = _mm256_loadu_ps(xs + c + 8);
       DSV4_UNROLL for (int j = 0; j < R; ++j) {
         __m256 lo, hi;
@@ -324,7 +332,8 @@ static void matvec_rows(const Matrix& w, const Dec& proto, const float* xs, int6
     const uint8_t* rows[8];
     int64_t rix[8];
     for (int j = 0; j < 8; ++j) rows[j] = base + (r + j) * rb, rix[j] = r + j;
-    matvec_group<Dec, 8>(w, proto, rows, rix, xs, y + r);
+    const int64_t next = mn<int64_t>(r1 - (r + 8), 8);
+    matvec_group<Dec, 8>(w, proto, rows, rix, xs, y + r, next > 0 ? base + (r + 8) * rb : nullptr, next * rb);
   }
   for (; r < r1; ++r) {
     const uint8_t* rows[1] = {base + r * rb};
@@ -655,6 +664,22 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
       rows[j] = base + rr * rb;
       srows[j] = w.scales + rr * nb;
     }
+    // The next 8-row group is one contiguous block (plus its scale bytes); rows are short
+    // (2 KiB at 4096 columns), too short for the hardware prefetchers to lock onto 8 streams,
+    // so pull the next group in linearly, a slice per span, while this one computes.
+    const uint8_t* pf = r + 8 < r1 ? base + (r + 8) * rb : nullptr;
+    const int64_t pf_bytes = pf ? (mn<int64_t>(r1, r + 16) - (r + 8)) * rb : 0;
+    const int64_t pf_step = spans ? (pf_bytes / spans + 63) / 64 * 64 : 0;
+    if (pf) {
+      const uint8_t* ps = w.scales + (r + 8) * nb;
+      for (int64_t o = 0; o < (mn<int64_t>(r1, r + 16) - (r + 8)) * nb; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(ps + o), _MM_HINT_T0);
+    }
+    auto prefetch_span = [&](int64_t s) {
+      if (!pf) return;
+      for (int64_t o = s * pf_step; o < (s + 1) * pf_step && o < pf_bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + o), _MM_HINT_T0);
+    };
     __m256 acc = _mm256_setzero_ps();
     __m256 sc[8];
     // Per-row int32 partial sums of span s (pairs hadd'ed into h[4]) -> blocks 2s, 2s+1.
@@ -688,6 +713,8 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
 #if defined(DSV4_SIMD_AVX512)
     for (; s + 2 <= full_spans; s += 2) {
       if ((s & 3) == 0) load_scales(s);
+      prefetch_span(s);
+      prefetch_span(s + 1);
       const __m512i xe = _mm512_inserti64x4(
           _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 64)), 1);
@@ -707,6 +734,7 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
 #endif
     for (; s < spans; ++s) {
       if ((s & 3) == 0) load_scales(s);
+      prefetch_span(s);
       const __m256i xq_e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64));
       const __m256i xq_o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32));
       __m256i h[4];
