@@ -353,9 +353,12 @@ constexpr int kChunk = 512;
 
 template <int NA>
 static void gemm_micro(const float* w0, const float* w1, const float* const* xa, int64_t len, float* acc0,
-                       float* acc1) {
+                       float* acc1, bool first) {
   __m256 a0[NA], a1[NA];
-  DSV4_UNROLL for (int k = 0; k < NA; ++k) a0[k] = _mm256_loadu_ps(acc0 + 8 * k), a1[k] = _mm256_loadu_ps(acc1 + 8 * k);
+  DSV4_UNROLL for (int k = 0; k < NA; ++k) {
+    a0[k] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc0 + 8 * k);
+    a1[k] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc1 + 8 * k);
+  }
   for (int64_t c = 0; c < len; c += 8) {
     __m256 v0 = _mm256_loadu_ps(w0 + c), v1 = _mm256_loadu_ps(w1 + c);
     DSV4_UNROLL for (int k = 0; k < NA; ++k) {
@@ -373,11 +376,12 @@ static void gemm_micro(const float* w0, const float* w1, const float* const* xa,
 // 4 row pairs x 6 activations = 24 accumulators of the 32 registers.
 template <int NA>
 static void gemm_micro512(const float* w, int64_t ldw, const float* const* xa, int64_t len, float* acc,
-                          int64_t ldacc) {
+                          int64_t ldacc, bool first) {
   __m512 a[4][NA];
   DSV4_UNROLL for (int p = 0; p < 4; ++p) DSV4_UNROLL for (int k = 0; k < NA; ++k) {
-    a[p][k] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(acc + ((2 * p) * ldacc + k) * 8)),
-                                 _mm256_loadu_ps(acc + ((2 * p + 1) * ldacc + k) * 8), 1);
+    a[p][k] = first ? _mm512_setzero_ps()
+                    : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(acc + ((2 * p) * ldacc + k) * 8)),
+                                         _mm256_loadu_ps(acc + ((2 * p + 1) * ldacc + k) * 8), 1);
   }
   for (int64_t c = 0; c < len; c += 8) {
     __m512 wv[4];
@@ -398,7 +402,7 @@ static void gemm_micro512(const float* w, int64_t ldw, const float* const* xa, i
 }
 #endif
 
-constexpr int kActBlock = 96;  // activations per pass over a tile: bounds the accumulator scratch
+constexpr int kActBlock = 128;  // activations per pass over a tile: bounds the accumulator scratch
 
 template <class Dec>
 static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_t r1) {
@@ -418,7 +422,6 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
     const int tr = static_cast<int>(mn<int64_t>(kTileRows, r1 - t0));
     for (int64_t ib = 0; ib < n; ib += kActBlock) {
       const int64_t nab = mn<int64_t>(kActBlock, n - ib);
-      for (int64_t k = 0; k < kTileRows * nab * 8; ++k) accs[k] = 0.0f;
       for (int64_t k0 = 0; k0 < cols; k0 += kChunk) {
         const int64_t len = mn<int64_t>(kChunk, cols - k0);
         const int64_t len8 = ceil_div(len, 8) * 8;
@@ -479,12 +482,12 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
               float* a0 = accs + (j * nab + (i0 - ib)) * 8;
               const float* w0 = wt + j * kChunk;
               switch (na) {
-                case 6: gemm_micro512<6>(w0, kChunk, xa, len8, a0, nab); break;
-                case 5: gemm_micro512<5>(w0, kChunk, xa, len8, a0, nab); break;
-                case 4: gemm_micro512<4>(w0, kChunk, xa, len8, a0, nab); break;
-                case 3: gemm_micro512<3>(w0, kChunk, xa, len8, a0, nab); break;
-                case 2: gemm_micro512<2>(w0, kChunk, xa, len8, a0, nab); break;
-                default: gemm_micro512<1>(w0, kChunk, xa, len8, a0, nab); break;
+                case 6: gemm_micro512<6>(w0, kChunk, xa, len8, a0, nab, k0 == 0); break;
+                case 5: gemm_micro512<5>(w0, kChunk, xa, len8, a0, nab, k0 == 0); break;
+                case 4: gemm_micro512<4>(w0, kChunk, xa, len8, a0, nab, k0 == 0); break;
+                case 3: gemm_micro512<3>(w0, kChunk, xa, len8, a0, nab, k0 == 0); break;
+                case 2: gemm_micro512<2>(w0, kChunk, xa, len8, a0, nab, k0 == 0); break;
+                default: gemm_micro512<1>(w0, kChunk, xa, len8, a0, nab, k0 == 0); break;
               }
             }
             continue;
@@ -496,18 +499,20 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
             const float* w0 = wt + j * kChunk;
             const float* w1 = wt + (j + 1) * kChunk;
             switch (na) {
-              case 6: gemm_micro<6>(w0, w1, xa, len8, a0, a1); break;
-              case 5: gemm_micro<5>(w0, w1, xa, len8, a0, a1); break;
-              case 4: gemm_micro<4>(w0, w1, xa, len8, a0, a1); break;
-              case 3: gemm_micro<3>(w0, w1, xa, len8, a0, a1); break;
-              case 2: gemm_micro<2>(w0, w1, xa, len8, a0, a1); break;
-              default: gemm_micro<1>(w0, w1, xa, len8, a0, a1); break;
+              case 6: gemm_micro<6>(w0, w1, xa, len8, a0, a1, k0 == 0); break;
+              case 5: gemm_micro<5>(w0, w1, xa, len8, a0, a1, k0 == 0); break;
+              case 4: gemm_micro<4>(w0, w1, xa, len8, a0, a1, k0 == 0); break;
+              case 3: gemm_micro<3>(w0, w1, xa, len8, a0, a1, k0 == 0); break;
+              case 2: gemm_micro<2>(w0, w1, xa, len8, a0, a1, k0 == 0); break;
+              default: gemm_micro<1>(w0, w1, xa, len8, a0, a1, k0 == 0); break;
             }
           }
         }
       }
-      for (int j = 0; j < tr; ++j)
-        for (int64_t i = 0; i < nab; ++i)
+      // Activation-major: each activation's 32 outputs are contiguous in y (row-major stores
+      // would touch a new page per output).
+      for (int64_t i = 0; i < nab; ++i)
+        for (int j = 0; j < tr; ++j)
           job.y[(ib + i) * job.y_stride + t0 + j] = hsum8(_mm256_loadu_ps(accs + (j * nab + i) * 8));
     }
   }
