@@ -358,6 +358,47 @@ TEST(KernelFast, PreparedInputReuse) {
   EXPECT_THROW(matmul(odd.m, x.data(), 1, y.data(), Numerics::kFast, nullptr), Error);
 }
 
+// matmul_batch gives each task exactly the bits of its own matmul, on every path and thread count.
+TEST(KernelFast, BatchEqualsSeparateCalls) {
+  std::mt19937 rng(9);
+  ThreadPool pool2(2);
+  TestMatrix w1 = make_matrix(WeightFormat::kFP4, 96, 256, rng, Codes::kNormal);
+  TestMatrix w3 = make_matrix(WeightFormat::kFP4, 96, 256, rng, Codes::kNormal);
+  TestMatrix w2 = make_matrix(WeightFormat::kFP8, 200, 96, rng, Codes::kNormal);
+  TestMatrix hb = make_matrix(WeightFormat::kBF16, 33, 256, rng, Codes::kNormal);
+  for (int64_t n : {1, 5}) {
+    auto x = random_x(n, 256, rng), h = random_x(n, 96, rng);
+    for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
+      for (const auto& name : runnable_paths()) {
+        const detail::Table& t = detail::table_by_name(name);
+        QuantizedInput in, ih;
+        detail::prepare_input_with(t, x.data(), n, 256, num, &in, nullptr);
+        detail::prepare_input_with(t, h.data(), n, 96, num, &ih, nullptr);
+        std::vector<float> a(n * 96), b(n * 100), c(n * 200), d(n * 33), ra(a.size()), rb(b.size()), rc(c.size()),
+            rd(d.size());
+        MatmulTask tasks[] = {{&w1.m, &in, a.data(), 0}, {&w3.m, &in, b.data(), 100}, {&w2.m, &ih, c.data(), 0},
+                              {&hb.m, &in, d.data(), 0}};
+        detail::matmul_batch_with(t, tasks, 4, num, &pool2);
+        detail::matmul_with(t, w1.m, in, ra.data(), num, nullptr, 0);
+        detail::matmul_with(t, w3.m, in, rb.data(), num, nullptr, 100);
+        detail::matmul_with(t, w2.m, ih, rc.data(), num, nullptr, 0);
+        detail::matmul_with(t, hb.m, in, rd.data(), num, nullptr, 0);
+        EXPECT_EQ(std::memcmp(a.data(), ra.data(), a.size() * 4), 0) << name;
+        for (int64_t i = 0; i < n; ++i)
+          EXPECT_EQ(std::memcmp(b.data() + i * 100, rb.data() + i * 100, 96 * 4), 0) << name;
+        EXPECT_EQ(std::memcmp(c.data(), rc.data(), c.size() * 4), 0) << name;
+        EXPECT_EQ(std::memcmp(d.data(), rd.data(), d.size() * 4), 0) << name;
+      }
+    }
+  }
+  QuantizedInput bad;
+  auto x = random_x(1, 64, rng);
+  prepare_input(x.data(), 1, 64, Numerics::kFast, &bad);
+  std::vector<float> y(96);
+  MatmulTask t{&w1.m, &bad, y.data(), 0};
+  EXPECT_THROW(matmul_batch(&t, 1, Numerics::kFast, nullptr), Error);
+}
+
 // Quantization follows its definition on every path, including zero, tiny and non-finite blocks.
 TEST(KernelFast, QuantizationEdgeCases) {
   std::mt19937 rng(8);

@@ -3,6 +3,7 @@
 #include "dsv4/kernels/kernels.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "dsv4/kernels/kernels_internal.h"
 #include "dsv4/util/error.h"
@@ -92,35 +93,78 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   in->quantized = true;
 }
 
-void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, float* y,
-                 Numerics numerics, ThreadPool* pool, int64_t y_stride) {
+namespace {
+
+// Validates one product and fills its job; returns false if there is nothing to compute.
+bool make_job(const Matrix& w, const QuantizedInput& in, float* y, Numerics numerics, int64_t y_stride,
+              MatmulJob* job) {
   check_matrix(w);
-  if (in.cols != w.cols)
-    fail("kernels: input has {} columns but the {} matrix is [{}, {}]", in.cols, format_name(w.format),
-         w.rows, w.cols);
   if (y_stride == 0) y_stride = w.rows;
   if (y_stride < w.rows) fail("kernels: y_stride {} < rows {}", y_stride, w.rows);
-  if (in.n == 0 || w.rows == 0) return;
+  if (in.n == 0 || w.rows == 0) return false;
+  if (!y) fail("kernels: output is null");
   if (w.cols == 0) {
     for (int64_t i = 0; i < in.n; ++i) std::fill(y + i * y_stride, y + i * y_stride + w.rows, 0.0f);
-    return;
+    return false;
   }
   if (!in.x) fail("kernels: input activations are null");
   bool needs_q = numerics == Numerics::kFast && w.format == WeightFormat::kFP4;
   if (needs_q && !in.quantized)
     fail("kernels: fast fp4 matmul needs an input prepared with Numerics::kFast");
+  job->w = w;
+  job->x = in.x;
+  job->q = in.quantized ? in.q.data() : nullptr;
+  job->u = in.quantized ? in.u.data() : nullptr;
+  job->d = in.quantized ? in.d.data() : nullptr;
+  job->qsum12 = in.quantized ? in.qsum12.data() : nullptr;
+  job->n = in.n;
+  job->padded_cols = in.padded_cols;
+  job->y = y;
+  job->y_stride = y_stride;
+  job->numerics = numerics;
+  return true;
+}
+
+}  // namespace
+
+void matmul_batch_with(const Table& t, const MatmulTask* tasks, int64_t count, Numerics numerics,
+                       ThreadPool* pool) {
+  struct Piece {
+    int64_t job, r0, r1;
+  };
+  std::vector<MatmulJob> jobs;
+  std::vector<Piece> pieces;
+  const int threads = pool ? pool->size() : 1;
+  for (int64_t k = 0; k < count; ++k) {
+    const MatmulTask& tk = tasks[k];
+    if (!tk.w || !tk.in) fail("kernels: matmul_batch task {} has no matrix or input", k);
+    if (tk.in->cols != tk.w->cols)
+      fail("kernels: matmul_batch task {}: input has {} columns but the matrix is [{}, {}]", k, tk.in->cols,
+           tk.w->rows, tk.w->cols);
+    MatmulJob job;
+    if (!make_job(*tk.w, *tk.in, tk.y, numerics, tk.y_stride, &job)) continue;
+    jobs.push_back(job);
+    const int64_t grain = row_grain(*tk.w, tk.in->n, threads);
+    for (int64_t r = 0; r < tk.w->rows; r += grain)
+      pieces.push_back({static_cast<int64_t>(jobs.size()) - 1, r, std::min(tk.w->rows, r + grain)});
+  }
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) t.matmul_rows(jobs[pieces[p].job], pieces[p].r0, pieces[p].r1);
+  };
+  if (pool && threads > 1 && pieces.size() > 1) {
+    pool->parallel_for(static_cast<int64_t>(pieces.size()), 1, body);
+  } else {
+    body(0, static_cast<int64_t>(pieces.size()));
+  }
+}
+
+void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, float* y,
+                 Numerics numerics, ThreadPool* pool, int64_t y_stride) {
+  if (in.cols != w.cols)
+    fail("kernels: input has {} columns but the {} matrix is [{}, {}]", in.cols, format_name(w.format),
+         w.rows, w.cols);
   MatmulJob job;
-  job.w = w;
-  job.x = in.x;
-  job.q = in.quantized ? in.q.data() : nullptr;
-  job.u = in.quantized ? in.u.data() : nullptr;
-  job.d = in.quantized ? in.d.data() : nullptr;
-  job.qsum12 = in.quantized ? in.qsum12.data() : nullptr;
-  job.n = in.n;
-  job.padded_cols = in.padded_cols;
-  job.y = y;
-  job.y_stride = y_stride;
-  job.numerics = numerics;
+  if (!make_job(w, in, y, numerics, y_stride, &job)) return;
   auto body = [&](int64_t r0, int64_t r1) { t.matmul_rows(job, r0, r1); };
   int threads = pool ? pool->size() : 1;
   int64_t grain = row_grain(w, in.n, threads);
@@ -173,6 +217,10 @@ void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, Q
 void matmul(const Matrix& w, const QuantizedInput& in, float* y, Numerics numerics, ThreadPool* pool,
             int64_t y_stride) {
   detail::matmul_with(detail::active_table(), w, in, y, numerics, pool, y_stride);
+}
+
+void matmul_batch(const MatmulTask* tasks, int64_t count, Numerics numerics, ThreadPool* pool) {
+  detail::matmul_batch_with(detail::active_table(), tasks, count, numerics, pool);
 }
 
 void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numerics, ThreadPool* pool,

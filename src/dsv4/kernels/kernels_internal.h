@@ -132,6 +132,7 @@ const Table& table_by_name(const std::string& name);
 // The front end with an explicit path (tests run every path through this).
 void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, float* y,
                  Numerics numerics, ThreadPool* pool, int64_t y_stride);
+void matmul_batch_with(const Table& t, const MatmulTask* tasks, int64_t count, Numerics numerics, ThreadPool* pool);
 void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols, Numerics numerics,
                         QuantizedInput* in, ThreadPool* pool);
 
