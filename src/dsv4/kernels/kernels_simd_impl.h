@@ -477,7 +477,7 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
             xa[k] = dst;
           }
 #if defined(DSV4_SIMD_AVX512)
-          if (true) {  // all 32 tile rows (zero rows past the tile's end are computed and dropped)
+          {  // all 32 tile rows (zero rows past the tile's end are computed and dropped)
             for (int j = 0; j < kTileRows; j += 8) {
               float* a0 = accs + (j * nab + (i0 - ib)) * 8;
               const float* w0 = wt + j * kChunk;
@@ -490,9 +490,8 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
                 default: gemm_micro512<1>(w0, kChunk, xa, len8, a0, nab, k0 == 0); break;
               }
             }
-            continue;
           }
-#endif
+#else
           for (int j = 0; j < tr; j += 2) {
             float* a0 = accs + (j * nab + (i0 - ib)) * 8;
             float* a1 = accs + ((j + 1) * nab + (i0 - ib)) * 8;
@@ -507,6 +506,7 @@ static void gemm_rows(const MatmulJob& job, const Dec& proto, int64_t r0, int64_
               default: gemm_micro<1>(w0, w1, xa, len8, a0, a1, k0 == 0); break;
             }
           }
+#endif
         }
       }
       // Activation-major: each activation's 32 outputs are contiguous in y (row-major stores

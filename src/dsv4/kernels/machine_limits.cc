@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "dsv4/kernels/kernels_internal.h"
@@ -23,15 +25,27 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Runs body(t) once on each of the pool's threads (t = 0..threads-1).
-void on_every_thread(ThreadPool* pool, int threads, const std::function<void(int64_t)>& body) {
-  if (!pool || threads == 1) {
-    body(0);
-    return;
+// Runs body(t) for t = 0..threads-1 concurrently, one dedicated thread each, and returns the
+// seconds from the common start to the last finish. (The ThreadPool gives no such guarantee: a
+// worker that wakes late lets the caller run both halves, which would halve the measured limit.)
+double on_every_thread(int threads, const std::function<void(int64_t)>& body) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      body(t);
+    });
+  while (ready.load() != threads - 1) {
   }
-  pool->parallel_for(threads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) body(t);
-  });
+  double t0 = now();
+  go.store(true, std::memory_order_release);
+  body(0);
+  for (auto& w : workers) w.join();
+  return now() - t0;
 }
 
 }  // namespace
@@ -44,16 +58,15 @@ double measure_dram_read_gbps(ThreadPool* pool, int64_t bytes, int reps) {
   if (!buf) fail("bench: cannot allocate {} bytes for the DRAM probe", bytes);
   // Touch every page from the threads that will read it (first-touch placement), non-zero data.
   const int64_t part = bytes / threads;
-  on_every_thread(pool, threads, [&](int64_t k) { std::memset(static_cast<char*>(buf) + k * part, 1, part); });
+  on_every_thread(threads, [&](int64_t k) { std::memset(static_cast<char*>(buf) + k * part, 1, part); });
   std::vector<double> gbps;
   std::atomic<double> sink{0};
   for (int r = 0; r < reps; ++r) {
-    double t0 = now();
-    on_every_thread(pool, threads, [&](int64_t k) {
+    double sec = on_every_thread(threads, [&](int64_t k) {
       double s = t.read_probe(static_cast<char*>(buf) + k * part, part);
       sink.store(s, std::memory_order_relaxed);
     });
-    gbps.push_back(static_cast<double>(bytes) / (now() - t0) / 1e9);
+    gbps.push_back(static_cast<double>(bytes) / sec / 1e9);
   }
   std::free(buf);
   return median(gbps);
@@ -66,14 +79,13 @@ double measure_fma_gflops(ThreadPool* pool, int reps) {
   std::vector<double> g;
   for (int r = 0; r < reps; ++r) {
     std::atomic<double> flops{0};
-    double t0 = now();
-    on_every_thread(pool, threads, [&](int64_t) {
+    double sec = on_every_thread(threads, [&](int64_t) {
       double f = t.fma_probe(iters);
       double cur = flops.load();
       while (!flops.compare_exchange_weak(cur, cur + f)) {
       }
     });
-    g.push_back(flops.load() / (now() - t0) / 1e9);
+    g.push_back(flops.load() / sec / 1e9);
   }
   return median(g);
 }

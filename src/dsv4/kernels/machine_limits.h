@@ -17,10 +17,11 @@ struct MachineLimits {
 };
 
 // Median of `reps` timed passes over a `bytes`-byte buffer (allocated, filled and freed here),
-// split evenly over the pool's threads.
+// split evenly over as many threads as the pool has (dedicated threads started together, so the
+// probe really runs them concurrently).
 double measure_dram_read_gbps(ThreadPool* pool, int64_t bytes = int64_t{512} << 20, int reps = 5);
 
-// Median of `reps` runs of the active path's FMA probe on every thread of the pool.
+// Median of `reps` runs of the active path's FMA probe on pool->size() concurrent threads.
 double measure_fma_gflops(ThreadPool* pool, int reps = 5);
 
 MachineLimits measure_machine_limits(ThreadPool* pool);
