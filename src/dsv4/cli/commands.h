@@ -80,4 +80,15 @@ struct ChatOptions {
 };
 int chat(const ChatOptions& o);
 
+// ---- bench kernels (compute kernels) ----
+struct BenchKernelsOptions {
+  std::string n = "1,16,128,512";  // comma-separated batch sizes
+  std::string format;              // comma-separated: fp4,fp8,bf16 (empty = all)
+  std::string mode = "fast";       // fast | reference | both
+  int threads = 0;                 // 0 = all available CPUs
+  double seconds = 0.5;            // minimum timed time per case (at least 5 repetitions)
+  bool json = false;
+};
+int bench_kernels(const BenchKernelsOptions& o);
+
 }  // namespace dsv4::cli

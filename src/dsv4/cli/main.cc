@@ -124,6 +124,24 @@ int main(int argc, char** argv) {
     for (const std::string& p : env_problems) std::fprintf(stderr, "dsv4: error: %s\n", p.c_str());
     return 2;
   }
+
+  // ---- bench (kernels block). `bench kernels` is a sub-subcommand so that `bench` itself
+  // can take its own options later (e.g. `dsv4 bench -m DIR ...` for the model).
+  dsv4::cli::BenchKernelsOptions bench_kernels;
+  auto* bench_cmd = app.add_subcommand("bench", "measure speed");
+  bench_cmd->require_subcommand(0, 1);
+  auto* bench_kernels_cmd =
+      bench_cmd->add_subcommand("kernels", "matmul kernels at V4 Flash shapes vs. the machine's measured limits");
+  bench_kernels_cmd->add_option("--n", bench_kernels.n, "batch sizes, comma-separated")->capture_default_str();
+  bench_kernels_cmd->add_option("--format", bench_kernels.format, "weight formats, comma-separated (fp4,fp8,bf16)");
+  bench_kernels_cmd->add_option("--mode", bench_kernels.mode, "numerics: fast, reference or both")
+      ->capture_default_str();
+  add(bench_kernels_cmd, "threads", bench_kernels.threads)->check(CLI::Range(0, 1024));
+  bench_kernels_cmd->add_option("--seconds", bench_kernels.seconds, "minimum timed seconds per case")
+      ->capture_default_str();
+  bench_kernels_cmd->add_flag("--json", bench_kernels.json, "print JSON");
+  // ---- end bench (kernels block)
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
@@ -143,6 +161,8 @@ int main(int argc, char** argv) {
       std::fputs(dsv4::describe_settings().c_str(), stdout);
       return 0;
     }
+
+    if (*bench_kernels_cmd) return dsv4::cli::bench_kernels(bench_kernels);  // bench (kernels block)
   } catch (const dsv4::Error& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());
     return 1;

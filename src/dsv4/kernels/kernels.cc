@@ -1,14 +1,17 @@
-// Temporary scalar implementation of the kernel interface; the SIMD paths and the
-// canonical accumulation order live in the kernels work (issue: kernels).
+// The kernel front end: argument checks, activation preparation and threading. The arithmetic
+// lives in one table per instruction-set path (kernels_scalar.cc, kernels_avx2.cc, ...).
 #include "dsv4/kernels/kernels.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "dsv4/kernels/formats.h"
+#include "dsv4/kernels/kernels_internal.h"
+#include "dsv4/util/error.h"
 #include "dsv4/util/thread_pool.h"
 
 namespace dsv4::kernels {
+
+using detail::ceil_div;
 
 const char* format_name(WeightFormat f) {
   switch (f) {
@@ -34,11 +37,145 @@ int64_t Matrix::data_bytes() const {
 
 int64_t Matrix::scale_bytes() const {
   switch (format) {
-    case WeightFormat::kFP8: return ((rows + 127) / 128) * ((cols + 127) / 128);
-    case WeightFormat::kFP4: return rows * ((cols + 31) / 32);
+    case WeightFormat::kFP8: return ceil_div(rows, 128) * ceil_div(cols, 128);
+    case WeightFormat::kFP4: return rows * ceil_div(cols, 32);
     default: return 0;
   }
 }
+
+namespace {
+
+void check_matrix(const Matrix& w) {
+  if (w.rows < 0 || w.cols < 0) fail("kernels: matrix has negative shape [{}, {}]", w.rows, w.cols);
+  if (w.rows == 0 || w.cols == 0) return;
+  if (!w.data) fail("kernels: {} matrix [{}, {}] has no data", format_name(w.format), w.rows, w.cols);
+  if (w.format == WeightFormat::kFP4 && (w.cols & 1))
+    fail("kernels: fp4 matrix [{}, {}] needs an even column count", w.rows, w.cols);
+  if ((w.format == WeightFormat::kFP8 || w.format == WeightFormat::kFP4) && !w.scales)
+    fail("kernels: {} matrix [{}, {}] has no scales", format_name(w.format), w.rows, w.cols);
+}
+
+// Rows per task. Multiples of 32 keep the batched kernels' row tiles (and FP8's 128-row scale
+// blocks) inside one task; enough tasks per thread keeps the two cores evenly loaded.
+int64_t row_grain(const Matrix& w, int64_t n, int threads) {
+  int64_t grain = (w.format == WeightFormat::kFP8 && n == 1) ? 128 : 64;
+  while (grain > 32 && w.rows < grain * 4 * threads) grain /= 2;
+  return grain;
+}
+
+}  // namespace
+
+namespace detail {
+
+void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols, Numerics numerics,
+                        QuantizedInput* in, ThreadPool* pool) {
+  if (n < 0 || cols < 0) fail("kernels: prepare_input with negative shape [{}, {}]", n, cols);
+  in->x = x;
+  in->n = n;
+  in->cols = cols;
+  in->padded_cols = ceil_div(cols, kSpan) * kSpan;
+  in->quantized = false;
+  if (numerics != Numerics::kFast || n == 0 || cols == 0) return;
+  size_t qn = static_cast<size_t>(n * in->padded_cols);
+  in->q.resize(qn);
+  in->u.resize(qn);
+  in->d.resize(static_cast<size_t>(n * ceil_div(cols, kQBlock)));
+  in->qsum12.resize(in->d.size());
+  auto body = [&](int64_t i0, int64_t i1) {
+    t.quantize_rows(x, cols, in->padded_cols, i0, i1, in->q.data(), in->u.data(), in->d.data(),
+                    in->qsum12.data());
+  };
+  if (pool && n >= 8) {
+    pool->parallel_for(n, std::max<int64_t>(1, n / (4 * pool->size())), body);
+  } else {
+    body(0, n);
+  }
+  in->quantized = true;
+}
+
+namespace {
+
+// Validates one product and fills its job; returns false if there is nothing to compute.
+bool make_job(const Matrix& w, const QuantizedInput& in, float* y, Numerics numerics, int64_t y_stride,
+              MatmulJob* job) {
+  check_matrix(w);
+  if (y_stride == 0) y_stride = w.rows;
+  if (y_stride < w.rows) fail("kernels: y_stride {} < rows {}", y_stride, w.rows);
+  if (in.n == 0 || w.rows == 0) return false;
+  if (!y) fail("kernels: output is null");
+  if (w.cols == 0) {
+    for (int64_t i = 0; i < in.n; ++i) std::fill(y + i * y_stride, y + i * y_stride + w.rows, 0.0f);
+    return false;
+  }
+  if (!in.x) fail("kernels: input activations are null");
+  bool needs_q = numerics == Numerics::kFast && w.format == WeightFormat::kFP4;
+  if (needs_q && !in.quantized)
+    fail("kernels: fast fp4 matmul needs an input prepared with Numerics::kFast");
+  job->w = w;
+  job->x = in.x;
+  job->q = in.quantized ? in.q.data() : nullptr;
+  job->u = in.quantized ? in.u.data() : nullptr;
+  job->d = in.quantized ? in.d.data() : nullptr;
+  job->qsum12 = in.quantized ? in.qsum12.data() : nullptr;
+  job->n = in.n;
+  job->padded_cols = in.padded_cols;
+  job->y = y;
+  job->y_stride = y_stride;
+  job->numerics = numerics;
+  return true;
+}
+
+}  // namespace
+
+void matmul_batch_with(const Table& t, const MatmulTask* tasks, int64_t count, Numerics numerics,
+                       ThreadPool* pool) {
+  struct Piece {
+    int64_t job, r0, r1;
+  };
+  std::vector<MatmulJob> jobs;
+  std::vector<Piece> pieces;
+  const int threads = pool ? pool->size() : 1;
+  for (int64_t k = 0; k < count; ++k) {
+    const MatmulTask& tk = tasks[k];
+    if (!tk.w || !tk.in) fail("kernels: matmul_batch task {} has no matrix or input", k);
+    if (tk.in->cols != tk.w->cols)
+      fail("kernels: matmul_batch task {}: input has {} columns but the matrix is [{}, {}]", k, tk.in->cols,
+           tk.w->rows, tk.w->cols);
+    MatmulJob job;
+    if (!make_job(*tk.w, *tk.in, tk.y, numerics, tk.y_stride, &job)) continue;
+    jobs.push_back(job);
+    const int64_t grain = row_grain(*tk.w, tk.in->n, threads);
+    for (int64_t r = 0; r < tk.w->rows; r += grain)
+      pieces.push_back({static_cast<int64_t>(jobs.size()) - 1, r, std::min(tk.w->rows, r + grain)});
+  }
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) t.matmul_rows(jobs[pieces[p].job], pieces[p].r0, pieces[p].r1);
+  };
+  if (pool && threads > 1 && pieces.size() > 1) {
+    pool->parallel_for(static_cast<int64_t>(pieces.size()), 1, body);
+  } else {
+    body(0, static_cast<int64_t>(pieces.size()));
+  }
+}
+
+void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, float* y,
+                 Numerics numerics, ThreadPool* pool, int64_t y_stride) {
+  if (in.cols != w.cols)
+    fail("kernels: input has {} columns but the {} matrix is [{}, {}]", in.cols, format_name(w.format),
+         w.rows, w.cols);
+  MatmulJob job;
+  if (!make_job(w, in, y, numerics, y_stride, &job)) return;
+  auto body = [&](int64_t r0, int64_t r1) { t.matmul_rows(job, r0, r1); };
+  int threads = pool ? pool->size() : 1;
+  int64_t grain = row_grain(w, in.n, threads);
+  if (pool && threads > 1 && w.rows > grain) {
+    pool->parallel_for(w.rows, grain, body);
+  } else {
+    body(0, w.rows);
+  }
+}
+
+}  // namespace detail
 
 void decode_row(const Matrix& w, int64_t r, float* out) {
   switch (w.format) {
@@ -54,14 +191,14 @@ void decode_row(const Matrix& w, int64_t r, float* out) {
     }
     case WeightFormat::kFP8: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols;
-      const int64_t scale_cols = (w.cols + 127) / 128;
+      const int64_t scale_cols = ceil_div(w.cols, 128);
       const uint8_t* s = w.scales + (r / 128) * scale_cols;
       for (int64_t c = 0; c < w.cols; ++c) out[c] = fp8_e4m3_to_f32(p[c]) * e8m0_to_f32(s[c / 128]);
       break;
     }
     case WeightFormat::kFP4: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
-      const uint8_t* s = w.scales + r * ((w.cols + 31) / 32);
+      const uint8_t* s = w.scales + r * ceil_div(w.cols, 32);
       for (int64_t c = 0; c < w.cols; ++c) {
         uint8_t byte = p[c / 2];
         uint8_t code = (c & 1) ? (byte >> 4) : (byte & 15);
@@ -72,33 +209,34 @@ void decode_row(const Matrix& w, int64_t r, float* out) {
   }
 }
 
-void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics, ThreadPool* pool,
+void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, QuantizedInput* in,
+                   ThreadPool* pool) {
+  detail::prepare_input_with(detail::active_table(), x, n, cols, numerics, in, pool);
+}
+
+void matmul(const Matrix& w, const QuantizedInput& in, float* y, Numerics numerics, ThreadPool* pool,
             int64_t y_stride) {
-  if (y_stride == 0) y_stride = w.rows;
-  auto rows = [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(static_cast<size_t>(w.cols));
-    for (int64_t r = r0; r < r1; ++r) {
-      decode_row(w, r, row.data());
-      for (int64_t i = 0; i < n; ++i) y[i * y_stride + r] = dot(row.data(), x + i * w.cols, w.cols);
-    }
-  };
-  if (pool) {
-    pool->parallel_for(w.rows, 16, rows);
-  } else {
-    rows(0, w.rows);
-  }
+  detail::matmul_with(detail::active_table(), w, in, y, numerics, pool, y_stride);
 }
 
-float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
+void matmul_batch(const MatmulTask* tasks, int64_t count, Numerics numerics, ThreadPool* pool) {
+  detail::matmul_batch_with(detail::active_table(), tasks, count, numerics, pool);
 }
 
-void axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numerics, ThreadPool* pool,
+            int64_t y_stride) {
+  const detail::Table& t = detail::active_table();
+  QuantizedInput in;
+  Numerics prep = (numerics == Numerics::kFast && w.format == WeightFormat::kFP4) ? Numerics::kFast
+                                                                                  : Numerics::kReference;
+  detail::prepare_input_with(t, x, n, w.cols, prep, &in, pool);
+  detail::matmul_with(t, w, in, y, numerics, pool, y_stride);
 }
 
-std::string active_path() { return "scalar"; }
+float dot(const float* a, const float* b, int64_t n) { return detail::active_table().dot(a, b, n); }
+
+void axpy(float a, const float* x, float* y, int64_t n) { detail::active_table().axpy(a, x, y, n); }
+
+std::string active_path() { return detail::active_table().name; }
 
 }  // namespace dsv4::kernels

@@ -7,14 +7,20 @@
 //
 // matmul computes y[i, r] = sum_c W[r, c] * x[i, c] for i < n with float32 accumulation.
 // Numerics::kReference multiplies float32 activations by the exactly decoded weights;
-// Numerics::kFast quantizes activations per block first (see kernels docs).
+// Numerics::kFast is cheaper (see docs/kernels.md for the exact definition of each mode):
+//   FP4  activations quantized to int8 per block of 32 with a float scale, exact integer
+//        block sums, float32 accumulation of the scaled block sums;
+//   FP8  float32 activations pre-multiplied by the weight block scale, weights used unscaled;
+//   BF16/F32  the same as kReference.
 //
-// Every instruction-set path must give the same bits as the scalar reference for a given
-// numerics mode, and the result must not depend on the thread count.
+// Every instruction-set path gives the same bits as the scalar reference for a given numerics
+// mode (the accumulation order is fixed, docs/kernels.md), and the result does not depend on the
+// thread count: each output element is computed entirely by one task.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dsv4 {
 class ThreadPool;
@@ -46,12 +52,54 @@ void decode_row(const Matrix& w, int64_t r, float* out);
 void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numerics,
             ThreadPool* pool, int64_t y_stride = 0);
 
+// Activations prepared once for several matrices that share the same input (wq_a and wkv,
+// expert w1 and w3, ...). In fast mode the FP4 kernels need x quantized per block of 32; doing
+// it once per input instead of once per matrix saves that pass. The float activations are
+// borrowed, not copied: `x` must stay alive and unchanged while the QuantizedInput is used.
+struct QuantizedInput {
+  const float* x = nullptr;  // [n, cols], borrowed
+  int64_t n = 0;
+  int64_t cols = 0;
+  int64_t padded_cols = 0;      // cols rounded up to 64
+  std::vector<int8_t> q;        // [n, padded_cols] int8 codes, kernel order (docs/kernels.md)
+  std::vector<uint8_t> u;       // q + 128, same order (the form the batched FP4 kernel uses)
+  std::vector<float> d;         // [n, ceil(cols/32)] block scales: x ~ q * d
+  std::vector<int32_t> qsum12;  // [n, ceil(cols/32)] 12 * (sum of q in the block), for the kernels
+  bool quantized = false;
+};
+
+// Prepares x for matmul(w, in, ...). Quantization only happens for Numerics::kFast (it is
+// what every later fast FP4 product uses); for kReference this just records x.
+void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, QuantizedInput* in,
+                   ThreadPool* pool = nullptr);
+
+// The same product as matmul(w, in.x, in.n, ...), reusing the prepared activations.
+// `numerics` must match the one given to prepare_input (fast needs the quantized form).
+void matmul(const Matrix& w, const QuantizedInput& in, float* y, Numerics numerics,
+            ThreadPool* pool, int64_t y_stride = 0);
+
+// Several independent products in one pass over the thread pool: each task is
+// y = in.x * W^T exactly as matmul(w, in, y, numerics, pool, y_stride) computes it (same bits),
+// but all tasks' row ranges share one parallel_for, so the pool wakes once instead of once per
+// matrix (~10 us each on this machine; a decode token has ~260 expert matrices). Use it for an
+// expert's w1 and w3, or for all routed experts of a layer. Outputs must not overlap.
+struct MatmulTask {
+  const Matrix* w = nullptr;
+  const QuantizedInput* in = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;  // 0 = w->rows
+};
+void matmul_batch(const MatmulTask* tasks, int64_t count, Numerics numerics, ThreadPool* pool);
+
 // Dense float helpers used by attention and the compressors (same determinism contract).
 float dot(const float* a, const float* b, int64_t n);
-void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x
+void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x, one fused multiply-add each
 
 // The instruction-set path in use ("scalar", "avx2", "avx512"), chosen once at start-up.
 // DSV4_KERNELS=scalar|avx2|avx512 forces one (an unavailable choice is an error).
 std::string active_path();
+
+// Paths this binary has and this CPU can run, best last (always starts with "scalar").
+std::vector<std::string> runnable_paths();
 
 }  // namespace dsv4::kernels

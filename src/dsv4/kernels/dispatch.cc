@@ -1,0 +1,99 @@
+// Chooses the instruction-set path once, at first use: DSV4_KERNELS if set, else the best the
+// CPU (CPUID) and the OS (XCR0) support. The choice is a pointer to an immutable table, initialized thread-safely.
+#include <cstdlib>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#include <string>
+
+#include "dsv4/kernels/kernels_internal.h"
+#include "dsv4/util/error.h"
+
+namespace dsv4::kernels::detail {
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID + XGETBV directly: clang 14's __builtin_cpu_supports knows neither "f16c" nor "bmi2",
+// and the OS must also have enabled the AVX / AVX-512 register state (XCR0).
+struct CpuFeatures {
+  bool avx2 = false, avx512 = false;
+};
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!osxsave || !avx) return f;
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  const bool ymm_state = (xlo & 0x6u) == 0x6u, zmm_state = (xlo & 0xe6u) == 0xe6u;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
+             avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
+  f.avx2 = ymm_state && avx2 && fma && f16c && bmi2;
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
+  return f;
+}
+#endif
+
+}  // namespace
+
+bool cpu_supports(const std::string& path) {
+  if (path == "scalar") return true;
+#if defined(__x86_64__) || defined(__i386__)
+  static const CpuFeatures f = detect();
+  if (path == "avx2") return f.avx2;
+  if (path == "avx512") return f.avx512;
+#endif
+  return false;
+}
+
+namespace {
+
+const Table* compiled(const std::string& name) {
+  if (name == "scalar") return &scalar_table();
+  if (name == "avx2") return avx2_table();
+  if (name == "avx512") return avx512_table();
+  return nullptr;
+}
+
+const Table& choose() {
+  const char* env = std::getenv("DSV4_KERNELS");
+  if (env && *env) return table_by_name(env);
+  for (const char* name : {"avx512", "avx2"}) {
+    const Table* t = compiled(name);
+    if (t && cpu_supports(name)) return *t;
+  }
+  return scalar_table();
+}
+
+}  // namespace
+
+const Table& table_by_name(const std::string& name) {
+  if (name != "scalar" && name != "avx2" && name != "avx512")
+    fail("DSV4_KERNELS={}: unknown kernel path (use scalar, avx2 or avx512)", name);
+  const Table* t = compiled(name);
+  if (!t) fail("DSV4_KERNELS={}: this build has no {} kernels", name, name);
+  if (!cpu_supports(name)) fail("DSV4_KERNELS={}: this CPU does not support {}", name, name);
+  return *t;
+}
+
+const Table& active_table() {
+  static const Table& t = choose();
+  return t;
+}
+
+}  // namespace dsv4::kernels::detail
+
+namespace dsv4::kernels {
+
+std::vector<std::string> runnable_paths() {
+  std::vector<std::string> out{"scalar"};
+  if (detail::avx2_table() && detail::cpu_supports("avx2")) out.push_back("avx2");
+  if (detail::avx512_table() && detail::cpu_supports("avx512")) out.push_back("avx512");
+  return out;
+}
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,139 @@
+// Helpers here are `static inline` on purpose: each translation unit (scalar, AVX2, AVX-512)
+// gets its own copy compiled with its own flags, never a linker-merged one.
+//
+// Shared between the kernel front end (kernels.cc), the dispatcher (dispatch.cc), the per
+// instruction-set implementations and the tests. Not part of the model-facing interface.
+//
+// The canonical accumulation orders (docs/kernels.md) are defined by the scalar code in
+// kernels_scalar.cc; every SIMD path reproduces them bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "dsv4/kernels/formats.h"
+#include "dsv4/kernels/kernels.h"
+
+namespace dsv4::kernels::detail {
+
+inline constexpr int kLanes = 8;        // float accumulation lanes: lane = column mod 8
+inline constexpr int kQBlock = 32;      // fast-mode activation quantization block
+inline constexpr int kSpan = 64;        // activation layout span: 32 even columns, then 32 odd
+inline constexpr int kFp8Block = 128;   // FP8 scale block (rows and columns)
+
+// The fixed reduction of the 8 lane accumulators: what a 256-bit horizontal sum computes
+// (upper half + lower half, then +2, then +1).
+static inline float tree8(const float* a) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Position of column c inside its 64-column span in the quantized activation layout.
+static inline int64_t span_pos(int64_t c) {
+  int64_t s = c & ~int64_t{63}, j = c & 63;
+  return s + ((j & 1) ? 32 + (j >> 1) : (j >> 1));
+}
+
+// E8M0 as float, and half of it (FP4 fast mode uses doubled E2M1 values {0,1,2,3,4,6,8,12}).
+static inline float e8m0_half(uint8_t e) { return e8m0_to_f32(e) * 0.5f; }  // exact, 2^-128 is a denormal
+
+// FP8 fast-mode weight value: the E4M3 value times 2^-120, which is what placing the code's
+// bits into a float32 gives: sign-extend the byte, shift left 20 (sign -> bit 31, exponent and
+// mantissa -> bits 26..20), clear the sign copies in bits 30..27. The exponent bias 7 vs 127 is
+// the 2^-120; E4M3 subnormals land on float32 denormals, also exactly. The two NaN codes come
+// out as +-480 * 2^-120 (fast mode does not support NaN weights; checkpoints have none).
+static inline float fp8_fast_value(uint8_t code) {
+  uint32_t bits = (static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(code))) << 20) & 0x87ffffffu;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// FP8 fast-mode activation pre-scale for a weight block: 2^(e-127) * 2^120 = 2^(e-7).
+// Finite for e <= 134 (block scales up to 2^7; real checkpoints stay below 2^0).
+static inline float fp8_fast_scale(uint8_t e) { return e8m0_to_f32(e) * 0x1p120f; }
+
+// Quantization of one 32-column activation block in fast mode (definition; SIMD must match):
+//   amax = max |x|  (as the integer maximum of the magnitude bits: exact, order-free)
+//   not finite -> d = NaN, q = 0;  d = amax / 127;  d == 0 -> q = 0;
+//   otherwise q = clamp(round_half_even(x / d), -127, 127).
+static inline void quantize_block_ref(const float* x, int len, int8_t* q, float* d) {
+  uint32_t amax_bits = 0;
+  for (int k = 0; k < len; ++k) {
+    uint32_t b;
+    std::memcpy(&b, &x[k], 4);
+    b &= 0x7fffffffu;
+    if (b > amax_bits) amax_bits = b;
+  }
+  float amax;
+  std::memcpy(&amax, &amax_bits, 4);
+  if (amax_bits >= 0x7f800000u) {
+    *d = std::numeric_limits<float>::quiet_NaN();
+    for (int k = 0; k < len; ++k) q[k] = 0;
+    return;
+  }
+  float dd = amax / 127.0f;
+  *d = dd;
+  for (int k = 0; k < len; ++k) {
+    if (dd == 0.0f) {
+      q[k] = 0;
+      continue;
+    }
+    float v = std::nearbyint(x[k] / dd);
+    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+    q[k] = static_cast<int8_t>(v);
+  }
+}
+
+// Raw pointers only: the SIMD translation units must not instantiate std::vector members.
+struct MatmulJob {
+  Matrix w;
+  const float* x = nullptr;     // [n, cols]
+  const int8_t* q = nullptr;    // [n, padded_cols] (fast FP4 only)
+  const uint8_t* u = nullptr;   // [n, padded_cols]
+  const float* d = nullptr;     // [n, ceil(cols/32)]
+  const int32_t* qsum12 = nullptr;  // [n, ceil(cols/32)] 12 * sum of q per block
+  int64_t n = 0;
+  int64_t padded_cols = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  Numerics numerics = Numerics::kReference;
+};
+
+// One instruction-set path. Filled once; never changes afterwards.
+struct Table {
+  const char* name;
+  // Computes y[i, r] for all i < n and r in [r0, r1) completely (no cross-call reduction).
+  void (*matmul_rows)(const MatmulJob& job, int64_t r0, int64_t r1);
+  // Quantizes activation rows [i0, i1) of x [*, cols] into q, u [*, padded_cols], d and qsum12
+  // [*, ceil(cols/32)] (whole-array base pointers).
+  void (*quantize_rows)(const float* x, int64_t cols, int64_t padded_cols, int64_t i0, int64_t i1, int8_t* q,
+                        uint8_t* u, float* d, int32_t* qsum12);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // Machine-limit probes for the benchmarks: `iters` rounds of independent FMA chains
+  // (returns the FLOP count done), and a vectorized read of [p, p + bytes) (returns a checksum).
+  double (*fma_probe)(int64_t iters);
+  double (*read_probe)(const void* p, int64_t bytes);
+};
+
+const Table& scalar_table();
+const Table* avx2_table();    // null when not compiled in
+const Table* avx512_table();  // null when not compiled in
+bool cpu_supports(const std::string& path);
+
+// The path chosen at start-up (DSV4_KERNELS or CPUID). Thread-safe static init.
+const Table& active_table();
+// A path by name; throws Error if unknown, not compiled in, or not supported by this CPU.
+const Table& table_by_name(const std::string& name);
+
+// The front end with an explicit path (tests run every path through this).
+void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, float* y,
+                 Numerics numerics, ThreadPool* pool, int64_t y_stride);
+void matmul_batch_with(const Table& t, const MatmulTask* tasks, int64_t count, Numerics numerics, ThreadPool* pool);
+void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols, Numerics numerics,
+                        QuantizedInput* in, ThreadPool* pool);
+
+}  // namespace dsv4::kernels::detail

@@ -1,0 +1,147 @@
+// The scalar reference path. Its loops ARE the definition of the canonical accumulation orders
+// (docs/kernels.md); the SIMD paths reproduce them bit for bit. Every multiply-add is an
+// explicit std::fma so the compiler cannot fuse or split differently from the SIMD code.
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "dsv4/kernels/kernels_internal.h"
+
+namespace dsv4::kernels::detail {
+namespace {
+
+// Doubled E2M1 values: integers, so fast-mode block sums are exact.
+constexpr int kFp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Canonical float product (reference mode, and F32/BF16 in fast mode; FP8 fast mode with its
+// pre-scaled activations): 8 lane accumulators, lane l takes columns l, l+8, ... in order, the
+// row zero-padded to a multiple of 8 (padding still goes through the FMA), then tree8.
+float lane_dot(const float* w, const float* x, int64_t padded) {
+  float acc[kLanes] = {};
+  for (int64_t c = 0; c < padded; c += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] = std::fma(w[c + l], x[c + l], acc[l]);
+  return tree8(acc);
+}
+
+void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
+  const Matrix& w = job.w;
+  const int64_t cols = w.cols, n = job.n;
+  const int64_t padded = ceil_div(cols, kLanes) * kLanes;
+  std::vector<float> wrow(static_cast<size_t>(padded), 0.0f), xrow(static_cast<size_t>(padded), 0.0f);
+
+  if (job.numerics == Numerics::kFast && w.format == WeightFormat::kFP4) {
+    // Exact integer sum per 32-column block, then one float chain over the blocks in order:
+    //   acc = fma(float(isum_b), d[i,b] * (scale[r,b] / 2), acc).
+    const int64_t nb = ceil_div(cols, kQBlock);
+    std::vector<int> wq(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+      const uint8_t* s = w.scales + r * nb;
+      for (int64_t c = 0; c < cols; ++c) wq[c] = kFp4Doubled[(c & 1) ? (p[c / 2] >> 4) : (p[c / 2] & 15)];
+      for (int64_t i = 0; i < n; ++i) {
+        const int8_t* q = job.q + i * job.padded_cols;
+        const float* d = job.d + i * nb;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          int32_t isum = 0;
+          for (int64_t c = b * kQBlock; c < std::min(cols, (b + 1) * kQBlock); ++c) isum += wq[c] * q[span_pos(c)];
+          acc = std::fma(static_cast<float>(isum), d[b] * e8m0_half(s[b]), acc);
+        }
+        job.y[i * job.y_stride + r] = acc;
+      }
+    }
+    return;
+  }
+
+  const bool fp8_fast = job.numerics == Numerics::kFast && w.format == WeightFormat::kFP8;
+  const int64_t scale_cols = ceil_div(cols, kFp8Block);
+  for (int64_t r = r0; r < r1; ++r) {
+    if (fp8_fast) {
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) wrow[c] = fp8_fast_value(p[c]);
+    } else {
+      decode_row(w, r, wrow.data());
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float* x = job.x + i * cols;
+      if (fp8_fast) {
+        // Activations times the weight block scale (times 2^8 for the fp16-style weight value).
+        const uint8_t* s = w.scales + (r / kFp8Block) * scale_cols;
+        for (int64_t c = 0; c < cols; ++c) xrow[c] = x[c] * fp8_fast_scale(s[c / kFp8Block]);
+      } else {
+        std::copy(x, x + cols, xrow.begin());
+      }
+      job.y[i * job.y_stride + r] = lane_dot(wrow.data(), xrow.data(), padded);
+    }
+  }
+}
+
+void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1, int8_t* qall,
+                          uint8_t* uall, float* dall, int32_t* q12all) {
+  const int64_t nb = ceil_div(cols, kQBlock);
+  int8_t blk[kQBlock];
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* x = xall + i * cols;
+    int8_t* q = qall + i * pc;
+    uint8_t* u = uall + i * pc;
+    float* d = dall + i * nb;
+    for (int64_t c = 0; c < pc; ++c) q[c] = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      int len = static_cast<int>(std::min<int64_t>(kQBlock, cols - b * kQBlock));
+      quantize_block_ref(x + b * kQBlock, len, blk, &d[b]);
+      int32_t sum = 0;
+      for (int k = 0; k < len; ++k) q[span_pos(b * kQBlock + k)] = blk[k], sum += blk[k];
+      q12all[i * nb + b] = 12 * sum;
+    }
+    for (int64_t c = 0; c < pc; ++c) u[c] = static_cast<uint8_t>(q[c] + 128);
+  }
+}
+
+// Canonical dot: 32 lanes (lane = index mod 32), zero padding to a multiple of 32, then the
+// four groups of 8 lanes added as (g0 + g1) + (g2 + g3), then tree8.
+float dot_scalar(const float* a, const float* b, int64_t n) {
+  float acc[32] = {};
+  int64_t c = 0;
+  for (; c + 32 <= n; c += 32)
+    for (int l = 0; l < 32; ++l) acc[l] = std::fma(a[c + l], b[c + l], acc[l]);
+  if (c < n) {
+    for (int l = 0; l < 32; ++l) {
+      float av = c + l < n ? a[c + l] : 0.0f, bv = c + l < n ? b[c + l] : 0.0f;
+      acc[l] = std::fma(av, bv, acc[l]);
+    }
+  }
+  float g[8];
+  for (int l = 0; l < 8; ++l) g[l] = (acc[l] + acc[8 + l]) + (acc[16 + l] + acc[24 + l]);
+  return tree8(g);
+}
+
+void axpy_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
+double fma_probe_scalar(int64_t iters) {
+  float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const float m = 0.999999f, a = 1e-7f;
+  for (int64_t k = 0; k < iters; ++k)
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(acc[l], m, a);
+  volatile float sink = acc[0] + acc[7];
+  (void)sink;
+  return 2.0 * 8 * static_cast<double>(iters);
+}
+
+double read_probe_scalar(const void* p, int64_t bytes) {
+  const uint64_t* q = static_cast<const uint64_t*>(p);
+  uint64_t s = 0;
+  for (int64_t k = 0; k < bytes / 8; ++k) s += q[k];
+  return static_cast<double>(s);
+}
+
+}  // namespace
+
+const Table& scalar_table() {
+  static const Table t{"scalar",         matmul_rows_scalar, quantize_rows_scalar, dot_scalar,
+                       axpy_scalar,      fma_probe_scalar,   read_probe_scalar};
+  return t;
+}
+
+}  // namespace dsv4::kernels::detail

@@ -1,0 +1,506 @@
+// Kernels: the scalar reference against a double-precision matmul, every runnable SIMD path
+// against the scalar reference bit for bit (both numerics modes, ragged shapes, odd batch sizes,
+// 1 and 2 threads), fast mode against reference within its stated bound, and the decoders
+// against the fixture's exact dequantisation.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv4/io/checkpoint.h"
+#include "dsv4/io/safetensors.h"
+#include "dsv4/kernels/formats.h"
+#include "dsv4/kernels/kernels.h"
+#include "dsv4/kernels/kernels_internal.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/thread_pool.h"
+#include "test_util.h"
+
+namespace dsv4::kernels {
+namespace {
+
+using detail::ceil_div;
+
+// A weight matrix with its own storage.
+struct TestMatrix {
+  Matrix m;
+  std::vector<uint8_t> data;
+  std::vector<uint8_t> scales;
+};
+
+enum class Codes { kNormal, kAll };  // kAll: every code (incl. FP8 NaN) and the widest scales
+
+TestMatrix make_matrix(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng, Codes codes,
+                       int scale_lo = 118, int scale_hi = 126) {
+  TestMatrix t;
+  t.m.format = f;
+  t.m.rows = rows;
+  t.m.cols = cols;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  t.data.resize(static_cast<size_t>(t.m.data_bytes()));
+  switch (f) {
+    case WeightFormat::kF32: {
+      std::vector<float> v(static_cast<size_t>(rows * cols));
+      for (auto& e : v) e = gauss(rng);
+      std::memcpy(t.data.data(), v.data(), t.data.size());
+      break;
+    }
+    case WeightFormat::kBF16: {
+      std::vector<uint16_t> v(static_cast<size_t>(rows * cols));
+      for (auto& e : v) e = f32_to_bf16(gauss(rng));
+      std::memcpy(t.data.data(), v.data(), t.data.size());
+      break;
+    }
+    case WeightFormat::kFP8:
+      for (size_t k = 0; k < t.data.size(); ++k) {
+        uint8_t c = static_cast<uint8_t>(codes == Codes::kAll ? k % 256 : byte(rng));
+        if (codes == Codes::kNormal && (c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes
+        t.data[k] = c;
+      }
+      if (codes == Codes::kAll) std::shuffle(t.data.begin(), t.data.end(), rng);
+      break;
+    case WeightFormat::kFP4:
+      for (auto& e : t.data) e = static_cast<uint8_t>(byte(rng));
+      break;
+  }
+  t.scales.resize(static_cast<size_t>(t.m.scale_bytes()));
+  std::uniform_int_distribution<int> sc(scale_lo, scale_hi);
+  for (auto& s : t.scales) s = static_cast<uint8_t>(sc(rng));
+  t.m.data = t.data.data();
+  t.m.scales = t.scales.empty() ? nullptr : t.scales.data();
+  return t;
+}
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> gauss(0.0f, scale);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (auto& e : x) e = gauss(rng);
+  // A few outliers and exact zeros, as real activations have.
+  std::uniform_int_distribution<int64_t> pos(0, n * cols - 1);
+  for (int k = 0; k < 3 && n * cols > 0; ++k) x[static_cast<size_t>(pos(rng))] *= 40.0f;
+  for (int k = 0; k < 3 && n * cols > 0; ++k) x[static_cast<size_t>(pos(rng))] = 0.0f;
+  return x;
+}
+
+// Bitwise equality, except that any NaN equals any NaN (NaN payloads are not specified).
+bool same_bits(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
+std::vector<float> run(const detail::Table& t, const Matrix& w, const std::vector<float>& x, int64_t n,
+                       Numerics num, ThreadPool* pool, int64_t extra_stride = 0) {
+  int64_t stride = w.rows + extra_stride;
+  std::vector<float> y(static_cast<size_t>(n * stride), -7.0f);
+  QuantizedInput in;
+  detail::prepare_input_with(t, x.data(), n, w.cols, num, &in, pool);
+  detail::matmul_with(t, w, in, y.data(), num, pool, stride);
+  std::vector<float> out(static_cast<size_t>(n * w.rows));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < w.rows; ++r) out[i * w.rows + r] = y[i * stride + r];
+    for (int64_t r = w.rows; r < stride; ++r) EXPECT_EQ(y[i * stride + r], -7.0f) << "wrote past rows";
+  }
+  return out;
+}
+
+std::vector<const detail::Table*> simd_tables() {
+  std::vector<const detail::Table*> out;
+  for (const auto& name : runnable_paths())
+    if (name != "scalar") out.push_back(&detail::table_by_name(name));
+  return out;
+}
+
+const WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFP8, WeightFormat::kFP4};
+
+TEST(KernelDispatch, PathsAndNames) {
+  auto paths = runnable_paths();
+  ASSERT_FALSE(paths.empty());
+  EXPECT_EQ(paths[0], "scalar");
+  std::string active = active_path();
+  const char* env = std::getenv("DSV4_KERNELS");
+  if (env && *env) {
+    EXPECT_EQ(active, env);
+  } else {
+    EXPECT_EQ(active, paths.back());
+  }
+  EXPECT_THROW(detail::table_by_name("sse9"), Error);
+  try {
+    detail::table_by_name("neon");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DSV4_KERNELS"), std::string::npos) << e.what();
+  }
+}
+
+// The scalar reference is a correct matmul: compare with a double-precision product of the
+// exactly decoded weights. float32 accumulation error is bounded by ~cols * eps * sum |w x|.
+TEST(KernelReference, MatchesDoublePrecision) {
+  std::mt19937 rng(1);
+  const detail::Table& s = detail::scalar_table();
+  for (WeightFormat f : kFormats) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 96}, {130, 258}, {33, 64}, {7, 1000}}) {
+      TestMatrix t = make_matrix(f, rows, cols, rng, Codes::kNormal);
+      const int64_t n = 3;
+      auto x = random_x(n, cols, rng);
+      auto y = run(s, t.m, x, n, Numerics::kReference, nullptr);
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        decode_row(t.m, r, row.data());
+        for (int64_t i = 0; i < n; ++i) {
+          double ref = 0, mag = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            ref += double(row[c]) * double(x[i * cols + c]);
+            mag += std::fabs(double(row[c]) * double(x[i * cols + c]));
+          }
+          double err = std::fabs(double(y[i * rows + r]) - ref);
+          ASSERT_LE(err, 1e-6 * mag + 1e-30) << format_name(f) << " r=" << r << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelReference, DotAndAxpyMatchDouble) {
+  std::mt19937 rng(2);
+  for (int64_t n : {0, 1, 7, 31, 32, 33, 64, 100, 512}) {
+    auto a = random_x(1, n, rng), b = random_x(1, n, rng);
+    double ref = 0, mag = 0;
+    for (int64_t k = 0; k < n; ++k) ref += double(a[k]) * b[k], mag += std::fabs(double(a[k]) * b[k]);
+    EXPECT_LE(std::fabs(detail::scalar_table().dot(a.data(), b.data(), n) - ref), 1e-6 * mag + 1e-30);
+    std::vector<float> y = b;
+    detail::scalar_table().axpy(0.5f, a.data(), y.data(), n);
+    for (int64_t k = 0; k < n; ++k) EXPECT_EQ(y[k], std::fma(0.5f, a[k], b[k]));
+  }
+}
+
+// Every SIMD path gives the scalar bits: all formats, both modes, ragged shapes, n = 1, 2, 3,
+// 17, 64 and 1 or 2 threads, with y written at a stride.
+TEST(KernelPaths, BitExactAgainstScalar) {
+  auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD path runs on this CPU";
+  std::mt19937 rng(3);
+  ThreadPool pool2(2);
+  const detail::Table& s = detail::scalar_table();
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{1, 2}, {3, 30}, {96, 256}, {192, 96}, {37, 200}, {130, 394}, {64, 2048}};
+  for (WeightFormat f : kFormats) {
+    for (const Shape& sh : shapes) {
+      TestMatrix t = make_matrix(f, sh.rows, sh.cols, rng, Codes::kNormal);
+      for (int64_t n : {1, 2, 3, 17, 64}) {
+        if (sh.cols >= 2048 && n > 3) continue;  // keep the test fast
+        auto x = random_x(n, sh.cols, rng);
+        for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
+          auto want = run(s, t.m, x, n, num, nullptr, 3);
+          for (const detail::Table* tab : tables) {
+            for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+              auto got = run(*tab, t.m, x, n, num, pool, 3);
+              for (size_t k = 0; k < want.size(); ++k)
+                ASSERT_TRUE(same_bits(got[k], want[k]))
+                    << tab->name << " " << format_name(f) << " " << numerics_name(num) << " [" << sh.rows << ","
+                    << sh.cols << "] n=" << n << " threads=" << (pool ? 2 : 1) << " at " << k << ": " << got[k]
+                    << " vs " << want[k];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// All 256 FP8 codes (incl. subnormals, -0 and the NaN codes), all 16 FP4 codes, and scales
+// from 2^-127 to 2^127 plus the E8M0 NaN: paths agree, NaN where the weights say so.
+TEST(KernelPaths, AllCodesAndEdgeScales) {
+  std::mt19937 rng(4);
+  ThreadPool pool2(2);
+  const detail::Table& s = detail::scalar_table();
+  auto tables = simd_tables();
+  for (WeightFormat f : {WeightFormat::kFP8, WeightFormat::kFP4}) {
+    for (auto [lo, hi] : {std::pair<int, int>{0, 254}, {0, 3}, {250, 254}, {120, 135}, {255, 255}}) {
+      TestMatrix t = make_matrix(f, 260, 384, rng, Codes::kAll, lo, hi);
+      for (int64_t n : {1, 5}) {
+        auto x = random_x(n, 384, rng);
+        for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
+          auto want = run(s, t.m, x, n, num, nullptr);
+          for (const detail::Table* tab : tables) {
+            auto got = run(*tab, t.m, x, n, num, &pool2);
+            for (size_t k = 0; k < want.size(); ++k)
+              ASSERT_TRUE(same_bits(got[k], want[k])) << tab->name << " " << format_name(f) << " "
+                                                      << numerics_name(num) << " scales " << lo << ".." << hi
+                                                      << " n=" << n << " at " << k;
+          }
+        }
+      }
+    }
+  }
+  // Decoding: every code exactly, NaN codes as NaN, E8M0 255 as NaN.
+  for (int c = 0; c < 256; ++c) {
+    float v = fp8_e4m3_to_f32(static_cast<uint8_t>(c));
+    if ((c & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(v));
+    } else {
+      EXPECT_EQ(detail::fp8_fast_value(static_cast<uint8_t>(c)), std::ldexp(v, -120)) << c;
+    }
+  }
+  EXPECT_TRUE(std::isnan(e8m0_to_f32(255)));
+  EXPECT_EQ(e8m0_to_f32(0), std::ldexp(1.0f, -127));
+  // A NaN weight code in reference mode makes exactly the rows that hold it NaN.
+  TestMatrix t = make_matrix(WeightFormat::kFP8, 16, 256, rng, Codes::kNormal);
+  t.data[3 * 256 + 17] = 0xff;
+  auto x = random_x(2, 256, rng);
+  for (const auto& name : runnable_paths()) {
+    auto y = run(detail::table_by_name(name), t.m, x, 2, Numerics::kReference, &pool2);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t r = 0; r < 16; ++r) EXPECT_EQ(std::isnan(y[i * 16 + r]), r == 3) << name << " " << r;
+  }
+  // An E8M0 NaN scale makes the FP4 rows that use it NaN in both modes.
+  TestMatrix t4 = make_matrix(WeightFormat::kFP4, 4, 64, rng, Codes::kNormal);
+  t4.scales[2 * 2 + 1] = 255;
+  auto x4 = random_x(1, 64, rng);
+  for (const auto& name : runnable_paths())
+    for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
+      auto y = run(detail::table_by_name(name), t4.m, x4, 1, num, nullptr);
+      for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(std::isnan(y[r]), r == 2) << name << " " << r;
+    }
+}
+
+TEST(KernelPaths, DotAndAxpyBitExact) {
+  std::mt19937 rng(5);
+  const detail::Table& s = detail::scalar_table();
+  for (const detail::Table* tab : simd_tables()) {
+    for (int64_t n : {0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 128, 511, 512, 1000}) {
+      auto a = random_x(1, n, rng), b = random_x(1, n, rng);
+      ASSERT_TRUE(same_bits(tab->dot(a.data(), b.data(), n), s.dot(a.data(), b.data(), n))) << tab->name << n;
+      std::vector<float> y1 = b, y2 = b;
+      tab->axpy(-1.25f, a.data(), y1.data(), n);
+      s.axpy(-1.25f, a.data(), y2.data(), n);
+      if (n > 0) {
+        ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << tab->name << n;
+      }
+    }
+  }
+}
+
+// Fast mode against reference. FP4: activations are rounded to int8 per 32 columns, so each
+// product moves by at most |w| * d / 2 with d = amax / 127; the bound below is that plus float
+// rounding. FP8: only the place where the weight scale is applied differs (a few ulps).
+TEST(KernelFast, WithinStatedBoundOfReference) {
+  std::mt19937 rng(6);
+  const detail::Table& tab = detail::active_table();
+  for (WeightFormat f : kFormats) {
+    const int64_t rows = 70, cols = 300, n = 4;
+    TestMatrix t = make_matrix(f, rows, cols, rng, Codes::kNormal);
+    auto x = random_x(n, cols, rng);
+    auto yr = run(tab, t.m, x, n, Numerics::kReference, nullptr);
+    auto yf = run(tab, t.m, x, n, Numerics::kFast, nullptr);
+    std::vector<float> row(static_cast<size_t>(cols));
+    double worst = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      decode_row(t.m, r, row.data());
+      for (int64_t i = 0; i < n; ++i) {
+        double mag = 0, qbound = 0;
+        for (int64_t b = 0; b < ceil_div(cols, 32); ++b) {
+          double amax = 0, wsum = 0;
+          for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c) {
+            amax = std::max(amax, std::fabs(double(x[i * cols + c])));
+            wsum += std::fabs(double(row[c]));
+            mag += std::fabs(double(row[c]) * x[i * cols + c]);
+          }
+          qbound += wsum * amax / 127.0 * 0.5;
+        }
+        double err = std::fabs(double(yf[i * rows + r]) - double(yr[i * rows + r]));
+        double bound = (f == WeightFormat::kFP4 ? qbound * 1.001 : 0.0) + 1e-6 * mag + 1e-30;
+        ASSERT_LE(err, bound) << format_name(f) << " r=" << r << " i=" << i;
+        if (mag > 0) worst = std::max(worst, err / mag);
+      }
+    }
+    if (f == WeightFormat::kF32 || f == WeightFormat::kBF16) {
+      EXPECT_EQ(std::memcmp(yr.data(), yf.data(), yr.size() * 4), 0) << "fast is reference for float weights";
+    }
+    if (f == WeightFormat::kFP4) {
+      EXPECT_GT(worst, 0.0) << "fast fp4 should differ from reference";
+    }
+  }
+}
+
+// The fast path reuses one prepared input for several matrices; results equal matmul(x).
+TEST(KernelFast, PreparedInputReuse) {
+  std::mt19937 rng(7);
+  TestMatrix a = make_matrix(WeightFormat::kFP4, 64, 256, rng, Codes::kNormal);
+  TestMatrix b = make_matrix(WeightFormat::kFP8, 48, 256, rng, Codes::kNormal);
+  auto x = random_x(3, 256, rng);
+  QuantizedInput in;
+  prepare_input(x.data(), 3, 256, Numerics::kFast, &in);
+  for (const TestMatrix* t : {&a, &b}) {
+    std::vector<float> y1(static_cast<size_t>(3 * t->m.rows)), y2(y1.size());
+    matmul(t->m, in, y1.data(), Numerics::kFast, nullptr);
+    matmul(t->m, x.data(), 3, y2.data(), Numerics::kFast, nullptr);
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0);
+  }
+  QuantizedInput ref;
+  prepare_input(x.data(), 3, 256, Numerics::kReference, &ref);
+  std::vector<float> y(3 * 64);
+  EXPECT_THROW(matmul(a.m, ref, y.data(), Numerics::kFast, nullptr), Error);
+  TestMatrix odd = make_matrix(WeightFormat::kFP4, 2, 64, rng, Codes::kNormal);
+  odd.m.cols = 63;
+  EXPECT_THROW(matmul(odd.m, x.data(), 1, y.data(), Numerics::kFast, nullptr), Error);
+}
+
+// matmul_batch gives each task exactly the bits of its own matmul, on every path and thread count.
+TEST(KernelFast, BatchEqualsSeparateCalls) {
+  std::mt19937 rng(9);
+  ThreadPool pool2(2);
+  TestMatrix w1 = make_matrix(WeightFormat::kFP4, 96, 256, rng, Codes::kNormal);
+  TestMatrix w3 = make_matrix(WeightFormat::kFP4, 96, 256, rng, Codes::kNormal);
+  TestMatrix w2 = make_matrix(WeightFormat::kFP8, 200, 96, rng, Codes::kNormal);
+  TestMatrix hb = make_matrix(WeightFormat::kBF16, 33, 256, rng, Codes::kNormal);
+  for (int64_t n : {1, 5}) {
+    auto x = random_x(n, 256, rng), h = random_x(n, 96, rng);
+    for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
+      for (const auto& name : runnable_paths()) {
+        const detail::Table& t = detail::table_by_name(name);
+        QuantizedInput in, ih;
+        detail::prepare_input_with(t, x.data(), n, 256, num, &in, nullptr);
+        detail::prepare_input_with(t, h.data(), n, 96, num, &ih, nullptr);
+        std::vector<float> a(n * 96), b(n * 100), c(n * 200), d(n * 33), ra(a.size()), rb(b.size()), rc(c.size()),
+            rd(d.size());
+        MatmulTask tasks[] = {{&w1.m, &in, a.data(), 0}, {&w3.m, &in, b.data(), 100}, {&w2.m, &ih, c.data(), 0},
+                              {&hb.m, &in, d.data(), 0}};
+        detail::matmul_batch_with(t, tasks, 4, num, &pool2);
+        detail::matmul_with(t, w1.m, in, ra.data(), num, nullptr, 0);
+        detail::matmul_with(t, w3.m, in, rb.data(), num, nullptr, 100);
+        detail::matmul_with(t, w2.m, ih, rc.data(), num, nullptr, 0);
+        detail::matmul_with(t, hb.m, in, rd.data(), num, nullptr, 0);
+        EXPECT_EQ(std::memcmp(a.data(), ra.data(), a.size() * 4), 0) << name;
+        for (int64_t i = 0; i < n; ++i)
+          EXPECT_EQ(std::memcmp(b.data() + i * 100, rb.data() + i * 100, 96 * 4), 0) << name;
+        EXPECT_EQ(std::memcmp(c.data(), rc.data(), c.size() * 4), 0) << name;
+        EXPECT_EQ(std::memcmp(d.data(), rd.data(), d.size() * 4), 0) << name;
+      }
+    }
+  }
+  QuantizedInput bad;
+  auto x = random_x(1, 64, rng);
+  prepare_input(x.data(), 1, 64, Numerics::kFast, &bad);
+  std::vector<float> y(96);
+  MatmulTask t{&w1.m, &bad, y.data(), 0};
+  EXPECT_THROW(matmul_batch(&t, 1, Numerics::kFast, nullptr), Error);
+}
+
+// Quantization follows its definition on every path, including zero, tiny and non-finite blocks.
+TEST(KernelFast, QuantizationEdgeCases) {
+  std::mt19937 rng(8);
+  const int64_t cols = 200;
+  auto x = random_x(4, cols, rng);
+  for (int k = 0; k < 32; ++k) x[k] = 0.0f;                       // all-zero block
+  for (int k = 32; k < 64; ++k) x[k] = 1e-44f * (k % 3);           // denormal block (d == 0)
+  x[cols + 70] = std::numeric_limits<float>::infinity();          // inf block
+  x[2 * cols + 5] = std::numeric_limits<float>::quiet_NaN();      // NaN block
+  for (int k = 0; k < 32; ++k) x[3 * cols + 96 + k] = (k - 16) * 0.5f;  // exact halves
+  QuantizedInput want;
+  detail::prepare_input_with(detail::scalar_table(), x.data(), 4, cols, Numerics::kFast, &want, nullptr);
+  EXPECT_EQ(want.d[0], 0.0f);
+  EXPECT_TRUE(std::isnan(want.d[7 + 2]));
+  for (const auto& name : runnable_paths()) {
+    QuantizedInput got;
+    detail::prepare_input_with(detail::table_by_name(name), x.data(), 4, cols, Numerics::kFast, &got, nullptr);
+    EXPECT_EQ(got.q, want.q) << name;
+    EXPECT_EQ(got.u, want.u) << name;
+    EXPECT_EQ(got.qsum12, want.qsum12) << name;
+    ASSERT_EQ(got.d.size(), want.d.size());
+    for (size_t k = 0; k < got.d.size(); ++k) EXPECT_TRUE(same_bits(got.d[k], want.d[k])) << name << k;
+  }
+}
+
+// The decoders against the fixture's exact float32 dequantisation of 12 storage tensors.
+TEST(KernelDecode, MatchesFixtureDequantisation) {
+  Checkpoint ck = Checkpoint::open(test::fixture("tiny-a"));
+  SafetensorsFile ref = SafetensorsFile::open(test::fixture("tiny-a") + "/dequant_reference.safetensors");
+  int checked = 0;
+  for (const TensorInfo& info : ref.tensors()) {
+    ASSERT_EQ(info.dtype, DType::kF32);
+    std::vector<float> want(static_cast<size_t>(info.numel()));
+    ref.read(info, want.data());
+    const TensorRef& tr = ck.get(info.name);
+    std::vector<uint8_t> data(tr.info->bytes), scales;
+    tr.shard->read(*tr.info, data.data());
+    Matrix m;
+    m.rows = info.shape[0];
+    m.cols = info.shape.size() > 1 ? info.shape[1] : 1;
+    switch (tr.info->dtype) {
+      case DType::kF32: m.format = WeightFormat::kF32; break;
+      case DType::kBF16: m.format = WeightFormat::kBF16; break;
+      case DType::kF8_E4M3: m.format = WeightFormat::kFP8; break;
+      case DType::kI8: m.format = WeightFormat::kFP4; break;
+      default: FAIL() << info.name << " has dtype " << dtype_name(tr.info->dtype);
+    }
+    if (m.format == WeightFormat::kFP8 || m.format == WeightFormat::kFP4) {
+      std::string sname = info.name.substr(0, info.name.size() - std::string("weight").size()) + "scale";
+      const TensorRef& sr = ck.get(sname);
+      scales.resize(sr.info->bytes);
+      sr.shard->read(*sr.info, scales.data());
+      ASSERT_EQ(static_cast<int64_t>(scales.size()), m.scale_bytes()) << sname;
+    }
+    m.data = data.data();
+    m.scales = scales.empty() ? nullptr : scales.data();
+    ASSERT_EQ(m.data_bytes(), static_cast<int64_t>(data.size())) << info.name;
+    std::vector<float> row(static_cast<size_t>(m.cols));
+    for (int64_t r = 0; r < m.rows; ++r) {
+      decode_row(m, r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), want.data() + r * m.cols, row.size() * 4), 0) << info.name << " row " << r;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 12);
+}
+
+// The benchmark command: JSON with exactly the documented fields, and a forced unknown path is
+// an error that names the variable.
+TEST(KernelBench, JsonFieldsAndForcedPath) {
+  auto r = test::run_dsv4("bench kernels --n 16 --format fp4 --seconds 0 --threads 2 --json", "", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::ordered_json::parse(r.out);
+  ASSERT_EQ(doc.size(), 2u);  // w1/w3 and w2 shapes
+  for (const auto& j : doc) {
+    std::vector<std::string> keys;
+    for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+    EXPECT_EQ(keys, (std::vector<std::string>{"format", "rows", "cols", "n", "mode", "path", "seconds", "weight_gbps",
+                                              "gflops", "dram_gbps", "fma_gflops"}));
+    EXPECT_EQ(j["format"], "fp4");
+    EXPECT_EQ(j["n"], 16);
+    EXPECT_EQ(j["mode"], "fast");
+    EXPECT_GT(j["gflops"].get<double>(), 0.0);
+    EXPECT_GT(j["dram_gbps"].get<double>(), 0.0);
+    EXPECT_GT(j["fma_gflops"].get<double>(), 0.0);
+  }
+  auto bad = test::run_dsv4("bench kernels --n nope");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--n"), std::string::npos) << bad.err;
+}
+
+TEST(KernelBench, UnknownForcedPathNamesTheVariable) {
+  std::string cmd = std::string("DSV4_KERNELS=sse9 ") + DSV4_BINARY + " bench kernels --n 16 --format fp4 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, f)) out += buf;
+  int status = pclose(f);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_NE(out.find("DSV4_KERNELS=sse9"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace dsv4::kernels
