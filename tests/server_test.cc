@@ -896,6 +896,35 @@ TEST(Server, LoopbackServerRefusesForeignHostHeaders) {
   EXPECT_TRUE(is_loopback_host("::1"));
   EXPECT_FALSE(is_loopback_host("0.0.0.0"));
   EXPECT_FALSE(is_loopback_host("192.168.1.2"));
+  EXPECT_EQ(exposure_warning("127.0.0.1", false), "");
+  EXPECT_EQ(exposure_warning("0.0.0.0", true), "");
+  EXPECT_NE(exposure_warning("0.0.0.0", false).find("without an API key"), std::string::npos);
+  EXPECT_NE(exposure_warning("::", false), "");
+}
+
+TEST(Scheduler, AnEngineErrorFailsTheJobAndTheWorkerCarriesOn) {
+  Metrics metrics;
+  Scheduler sched(*model().engine, model().tokenizer, metrics, SchedulerOptions{});
+  JobInput bad;
+  bad.prompt = {1, 2, 1 << 30};  // past the vocabulary: the engine refuses it mid-prefill
+  bad.generation.max_tokens = 2;
+  auto job = sched.submit(std::move(bad)).job;
+  ASSERT_TRUE(job);
+  std::string text;
+  while (!job->wait(100ms, text)) {
+  }
+  EXPECT_EQ(job->outcome().status, JobOutcome::Status::kFailed);
+  EXPECT_FALSE(job->outcome().error.empty());
+
+  JobInput good;
+  good.prompt = {1, 2, 3};
+  good.generation.max_tokens = 3;
+  good.generation.sampling.temperature = 0;
+  job = sched.submit(std::move(good)).job;
+  while (!job->wait(100ms, text)) {
+  }
+  EXPECT_EQ(job->outcome().status, JobOutcome::Status::kDone);
+  EXPECT_EQ(job->outcome().result.tokens.size(), 3u);
 }
 
 TEST(Server, ModelsHealthMetricsAndThePage) {
@@ -928,6 +957,25 @@ TEST(Server, ModelsHealthMetricsAndThePage) {
     EXPECT_EQ(r->status, 200) << a.path;
     EXPECT_EQ(r->body, a.body) << a.path;
   }
+}
+
+TEST(Server, EngineErrorIs500AndTheServerKeepsServing) {
+  ServerOptions o = test_options();
+  o.defaults.vocab_size = 1 << 30;  // let an out-of-vocabulary id through to the engine
+  TestServer s(o);
+  Json body = {{"model", "tiny-a"}, {"prompt", Json::array({1, 2, 100000})}, {"max_tokens", 2}};
+  Reply r = post(s, "/v1/completions", body);
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.json["error"]["type"], "server_error");
+  body["stream"] = true;  // after the 200 headers, the error comes as an event
+  Reply sr = post(s, "/v1/completions", body);
+  EXPECT_EQ(sr.status, 200);
+  std::vector<Json> events = sse_events(sr.body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["error"]["type"], "server_error");
+  EXPECT_EQ(post(s, "/v1/chat/completions", user_chat("Hi", 2)).status, 200);
+  EXPECT_NE(get(s, "/metrics").body.find("dsv4_requests_total{endpoint=\"/v1/completions\",status=\"500\"} 1"),
+            std::string::npos);
 }
 
 TEST(Server, SecondServerOnTheSamePortFails) {

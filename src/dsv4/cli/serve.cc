@@ -106,11 +106,8 @@ int serve(const ServeOptions& o) {
   so.scheduler.context_limit = o.model.ctx;
   so.scheduler.chunk = o.model.chunk;
 
-  if (!server::is_loopback_host(o.host) && o.api_key.empty())
-    fmt::print(stderr,
-               "dsv4 serve: warning: listening on {} without an API key: anyone who can reach this machine can use "
-               "the model (set --api-key or DSV4_API_KEY)\n",
-               o.host);
+  if (const std::string w = server::exposure_warning(o.host, !o.api_key.empty()); !w.empty())
+    fmt::print(stderr, "dsv4 serve: warning: {}\n", w);
   server::Server server(*lm.engine, lm.tokenizer, so);
   const int port = server.bind();
   const bool v6 = o.host.find(':') != std::string::npos && o.host.front() != '[';

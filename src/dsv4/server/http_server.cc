@@ -107,6 +107,13 @@ bool is_loopback_host(const std::string& host) {
   return inet_pton(AF_INET, h.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
+std::string exposure_warning(const std::string& host, bool has_api_key) {
+  if (has_api_key || is_loopback_host(host)) return "";
+  return fmt::format("listening on {} without an API key: anyone who can reach this machine can use the model (set "
+                     "--api-key or DSV4_API_KEY)",
+                     host);
+}
+
 // ---- the server --------------------------------------------------------------------------
 
 struct Server::Impl {

@@ -33,6 +33,10 @@ struct ServerOptions {
 // Loopback names: localhost, 127.0.0.0/8, ::1 (with or without brackets).
 bool is_loopback_host(const std::string& host);
 
+// What to warn about before listening on `host`: "" on loopback or with an API key; otherwise
+// that anyone who can reach the machine can use the model.
+std::string exposure_warning(const std::string& host, bool has_api_key);
+
 class Server {
  public:
   // The engine and tokenizer must outlive the server.
