@@ -22,8 +22,11 @@ namespace {
 
 // SIGINT and SIGTERM are blocked in every thread (the mask is inherited by the engine's and
 // httplib's threads, which are created later) and taken by sigtimedwait on a thread of their
-// own, which runs an ordinary function, such as stopping the server, instead of a handler
-// that could only touch atomics. Before an action is set, a signal exits at once (model load).
+// own, which can then run an ordinary function (stopping the server) instead of a handler that
+// may only touch atomics. While the model loads a signal exits at once; while serving, the
+// first one starts a clean shutdown; during the shutdown a repeated SIGTERM is ignored (tools
+// like timeout(1) deliver it twice, to the process and to its group) and a second Ctrl-C exits
+// at once.
 class SignalWatcher {
  public:
   SignalWatcher() {
@@ -40,34 +43,52 @@ class SignalWatcher {
   SignalWatcher(const SignalWatcher&) = delete;
   SignalWatcher& operator=(const SignalWatcher&) = delete;
 
-  void on_signal(std::function<void()> action) {
+  // From now on a signal runs `stop` (once).
+  void serving(std::function<void()> stop) {
     std::lock_guard lock(mu_);
-    action_ = std::move(action);
+    stop_ = std::move(stop);
+    phase_ = Phase::kServing;
+  }
+  // The server is going away: `stop` must not be called any more.
+  void stopping() {
+    std::lock_guard lock(mu_);
+    stop_ = nullptr;
+    phase_ = Phase::kStopping;
   }
 
  private:
+  enum class Phase { kStarting, kServing, kStopping };
+
   void watch() {
     const timespec tick{0, 100'000'000};
     while (!done_) {
-      if (sigtimedwait(&set_, nullptr, &tick) < 0) continue;
-      std::function<void()> action;
+      const int sig = sigtimedwait(&set_, nullptr, &tick);
+      if (sig < 0) continue;
+      std::function<void()> stop;
       {
         std::lock_guard lock(mu_);
-        action = action_;
-      }
-      if (!action) {
-        std::fputs("dsv4 serve: interrupted\n", stderr);
-        _exit(130);
+        if (phase_ == Phase::kStarting) {
+          std::fputs("dsv4 serve: interrupted\n", stderr);
+          _exit(130);
+        }
+        if (phase_ == Phase::kStopping) {
+          if (sig != SIGINT) continue;
+          std::fputs("dsv4 serve: interrupted again: exiting now\n", stderr);
+          _exit(130);
+        }
+        phase_ = Phase::kStopping;
+        stop = std::move(stop_);
       }
       fmt::print(stderr, "dsv4 serve: shutting down\n");
-      action();
+      stop();
     }
   }
 
   sigset_t set_;
   std::atomic<bool> done_{false};
   std::mutex mu_;
-  std::function<void()> action_;
+  Phase phase_ = Phase::kStarting;
+  std::function<void()> stop_;
   std::thread thread_;
 };
 
@@ -114,9 +135,9 @@ int serve(const ServeOptions& o) {
   fmt::print("dsv4 serve: listening on http://{}:{}/ (model \"{}\", queue {}, {})\n", v6 ? "[" + o.host + "]" : o.host,
              port, so.model_name, o.max_queue, o.api_key.empty() ? "no API key" : "API key required");
   std::fflush(stdout);
-  signals.on_signal([&server] { server.stop(); });
+  signals.serving([&server] { server.stop(); });
   server.run();
-  signals.on_signal(nullptr);
+  signals.stopping();
   server.stop();
   return 0;
 }
