@@ -91,4 +91,20 @@ struct BenchKernelsOptions {
 };
 int bench_kernels(const BenchKernelsOptions& o);
 
+// dsv4 serve: the OpenAI-compatible HTTP server and web chat page (src/dsv4/server/).
+// Sampling flags set the defaults for requests that leave a field out.
+struct ServeOptions {
+  ModelOptions model;
+  SamplingOptions sampling;
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (printed)
+  std::string api_key;
+  int max_queue = 8;
+  std::string model_name;  // empty: the checkpoint directory's name
+  int cache_entries = 8;
+  int64_t cache_mb = 1024;
+  int64_t max_body_mb = 16;
+};
+int serve(const ServeOptions& o);
+
 }  // namespace dsv4::cli

@@ -92,6 +92,20 @@ int main(int argc, char** argv) {
   add_sampling_options(chat_cmd, chat.sampling);
   add_chat_style(chat_cmd, chat.style);
 
+  // dsv4 serve: sampling flags become the defaults of requests that leave a field out.
+  dsv4::cli::ServeOptions serve;
+  auto* serve_cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions) and a web chat page at /");
+  add_model_options(serve_cmd, serve.model, false);
+  add_sampling_options(serve_cmd, serve.sampling);
+  add(serve_cmd, "host", serve.host);
+  add(serve_cmd, "port", serve.port)->check(CLI::Range(0, 65535));
+  add(serve_cmd, "api_key", serve.api_key);
+  add(serve_cmd, "max_queue", serve.max_queue)->check(CLI::Range(0, 4096));
+  add(serve_cmd, "model_name", serve.model_name);
+  add(serve_cmd, "cache_entries", serve.cache_entries)->check(CLI::Range(0, 1024));
+  add(serve_cmd, "cache_mb", serve.cache_mb)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  add(serve_cmd, "max_body_mb", serve.max_body_mb)->check(CLI::Range(int64_t{1}, int64_t{4096}));
+
   dsv4::cli::InspectOptions inspect;
   auto* inspect_cmd = app.add_subcommand("inspect", "validate a checkpoint directory and describe it");
   inspect_cmd->add_option("dir", inspect.dir, "checkpoint directory")->required();
@@ -153,6 +167,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return dsv4::cli::run(run);
     if (*chat_cmd) return dsv4::cli::chat(chat);
+    if (*serve_cmd) return dsv4::cli::serve(serve);
     if (*inspect_cmd) return dsv4::cli::inspect(inspect);
     if (*score_cmd) return dsv4::cli::score(score);
     if (*gen_cmd) return dsv4::cli::generate(gen);

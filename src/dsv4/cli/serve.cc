@@ -1,0 +1,145 @@
+// dsv4 serve: loads the model, then serves the OpenAI-compatible API and the web chat page
+// (src/dsv4/server/) until SIGINT or SIGTERM, which shut it down cleanly.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dsv4/cli/common.h"
+#include "dsv4/server/http_server.h"
+#include "dsv4/util/error.h"
+
+namespace dsv4::cli {
+namespace {
+
+// SIGINT and SIGTERM are blocked in every thread (the mask is inherited by the engine's and
+// httplib's threads, which are created later) and taken by sigtimedwait on a thread of their
+// own, which can then run an ordinary function (stopping the server) instead of a handler that
+// may only touch atomics. While the model loads a signal exits at once; while serving, the
+// first one starts a clean shutdown; during the shutdown a repeated SIGTERM is ignored (tools
+// like timeout(1) deliver it twice, to the process and to its group) and a second Ctrl-C exits
+// at once.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    thread_.join();
+  }
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
+  // From now on a signal runs `stop` (once).
+  void serving(std::function<void()> stop) {
+    std::lock_guard lock(mu_);
+    stop_ = std::move(stop);
+    phase_ = Phase::kServing;
+  }
+  // The server is going away: `stop` must not be called any more.
+  void stopping() {
+    std::lock_guard lock(mu_);
+    stop_ = nullptr;
+    phase_ = Phase::kStopping;
+  }
+
+ private:
+  enum class Phase { kStarting, kServing, kStopping };
+
+  void watch() {
+    const timespec tick{0, 100'000'000};
+    while (!done_) {
+      const int sig = sigtimedwait(&set_, nullptr, &tick);
+      if (sig < 0) continue;
+      std::function<void()> stop;
+      {
+        std::lock_guard lock(mu_);
+        if (phase_ == Phase::kStarting) {
+          std::fputs("dsv4 serve: interrupted\n", stderr);
+          _exit(130);
+        }
+        if (phase_ == Phase::kStopping) {
+          if (sig != SIGINT) continue;
+          std::fputs("dsv4 serve: interrupted again: exiting now\n", stderr);
+          _exit(130);
+        }
+        phase_ = Phase::kStopping;
+        stop = std::move(stop_);
+      }
+      fmt::print(stderr, "dsv4 serve: shutting down\n");
+      stop();
+    }
+  }
+
+  sigset_t set_;
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  Phase phase_ = Phase::kStarting;
+  std::function<void()> stop_;
+  std::thread thread_;
+};
+
+std::string directory_name(const std::string& dir) {
+  std::filesystem::path p(dir);
+  while (!p.empty() && !p.has_filename()) p = p.parent_path();
+  std::string name = p.filename().string();
+  return name.empty() || name == "." ? "dsv4" : name;
+}
+
+}  // namespace
+
+int serve(const ServeOptions& o) {
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+  SignalWatcher signals;
+  LoadedModel lm = load_model(o.model);
+  if (lm.demo)
+    fmt::print(stderr, "dsv4 serve: no -m given: serving the built-in demo model in {} (random weights, so its text is gibberish)\n",
+               lm.dir);
+
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.api_key = o.api_key;
+  so.model_name = o.model_name.empty() ? directory_name(lm.dir) : o.model_name;
+  so.max_body_bytes = static_cast<size_t>(o.max_body_mb) << 20;
+  so.log_requests = true;
+  so.defaults.sampling = sampling_params(lm.dir, o.sampling);
+  so.defaults.seed = o.sampling.seed;
+  so.defaults.max_tokens = o.sampling.max_tokens;
+  so.defaults.stop = o.sampling.stop;
+  so.defaults.vocab_size = static_cast<int32_t>(lm.engine->config().vocab_size);
+  so.scheduler.max_queue = static_cast<size_t>(o.max_queue);
+  so.scheduler.cache_entries = static_cast<size_t>(o.cache_entries);
+  so.scheduler.cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
+  so.scheduler.context_limit = o.model.ctx;
+  so.scheduler.chunk = o.model.chunk;
+
+  if (const std::string w = server::exposure_warning(o.host, !o.api_key.empty()); !w.empty())
+    fmt::print(stderr, "dsv4 serve: warning: {}\n", w);
+  server::Server server(*lm.engine, lm.tokenizer, so);
+  const int port = server.bind();
+  const bool v6 = o.host.find(':') != std::string::npos && o.host.front() != '[';
+  fmt::print("dsv4 serve: listening on http://{}:{}/ (model \"{}\", queue {}, {})\n", v6 ? "[" + o.host + "]" : o.host,
+             port, so.model_name, o.max_queue, o.api_key.empty() ? "no API key" : "API key required");
+  std::fflush(stdout);
+  signals.serving([&server] { server.stop(); });
+  server.run();
+  signals.stopping();
+  server.stop();
+  return 0;
+}
+
+}  // namespace dsv4::cli

@@ -1,0 +1,45 @@
+// Splits the text a chat answer generates into what the OpenAI API returns: reasoning_content
+// (thinking mode: everything before </think>), content, and tool calls (a DSML block at the
+// end, parsed by the chat format's strict parser). It works incrementally so that streaming
+// can send each piece as soon as it is final: text that could be the start of "</think>" or
+// of a tool-call block is held back until the next tokens decide. Streaming and non-streaming
+// responses both go through this one class, so they cannot disagree.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsv4/text/chat_format.h"
+
+namespace dsv4::server {
+
+struct ChatDelta {
+  std::string reasoning;
+  std::string content;
+  std::vector<text::chat::ToolCall> tool_calls;  // only from finish()
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+};
+
+class ChatOutputParser {
+ public:
+  // thinking: the prompt ended with <think>. tools: tools were offered, so a DSML block is
+  // parsed as tool calls (otherwise it is plain content). Tool call ids are id_prefix + index.
+  ChatOutputParser(bool thinking, bool tools, std::string id_prefix);
+
+  // Feeds newly generated text; returns what became final.
+  ChatDelta feed(std::string_view text);
+  // The end of the answer: returns the rest. A tool-call block that does not parse (malformed
+  // DSML, text after it) is returned as content rather than lost.
+  ChatDelta finish();
+
+ private:
+  enum class Phase { kReasoning, kContent, kToolCalls };
+  Phase phase_;
+  bool tools_;
+  std::string id_prefix_;
+  std::string pending_;  // not yet final
+  std::string block_;    // the tool-call block so far
+};
+
+}  // namespace dsv4::server

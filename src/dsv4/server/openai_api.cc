@@ -1,0 +1,632 @@
+#include "dsv4/server/openai_api.h"
+
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "dsv4/text/utf8.h"
+#include "dsv4/util/error.h"
+
+namespace dsv4::server {
+
+std::string ApiError::body() const {
+  Json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  // Messages may quote request bytes; replace rather than throw on anything odd.
+  return Json{{"error", e}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+void throw_bad_request(std::string param, std::string code, std::string message) {
+  throw ApiException(ApiError{400, "invalid_request_error", std::move(message), std::move(param), std::move(code)});
+}
+
+ApiError not_found_error(std::string message, std::string code) {
+  return ApiError{404, "invalid_request_error", std::move(message), "", std::move(code)};
+}
+
+ApiError server_error(std::string message) { return ApiError{500, "server_error", std::move(message), "", ""}; }
+
+namespace {
+
+namespace chat = text::chat;
+
+// ---- JSON body guards ----------------------------------------------------------------------
+
+// Deepest nesting of arrays/objects, counted outside strings; stops early past `limit`.
+size_t nesting_depth(std::string_view s, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest) deepest = depth;
+      if (deepest > limit) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Records where the parser gave up, to tell the client (the DOM parser only says "failed").
+class ErrorPositionSax : public nlohmann::json_sax<Json> {
+ public:
+  size_t position = 0;
+  std::string token;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t pos, const std::string& last_token, const nlohmann::detail::exception&) override {
+    position = pos;
+    token = last_token;
+    return false;
+  }
+};
+
+// ---- field readers -------------------------------------------------------------------------
+
+const char* type_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::number_float: return "a number";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "an integer";
+    default: return "an unsupported value";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const Json& got) {
+  throw_bad_request(param, "invalid_type",
+                    fmt::format("Invalid type for '{}': expected {}, but got {}.", param, expected, type_name(got)));
+}
+
+[[noreturn]] void bad_value(const std::string& param, const std::string& why) {
+  throw_bad_request(param, "invalid_value", fmt::format("Invalid value for '{}': {}", param, why));
+}
+
+[[noreturn]] void unsupported(const std::string& param, const std::string& why) {
+  throw_bad_request(param, "unsupported_value", fmt::format("Unsupported value for '{}': {}", param, why));
+}
+
+[[noreturn]] void missing(const std::string& param) {
+  throw_bad_request(param, "missing_required_parameter", fmt::format("Missing required parameter: '{}'.", param));
+}
+
+std::string join(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
+std::string at_index(const std::string& prefix, size_t i) { return fmt::format("{}[{}]", prefix, i); }
+
+// Reads the fields of one JSON object; every getter checks the type strictly and names the
+// field (with its path) in the error. Absent and null are the same ("not given").
+class Fields {
+ public:
+  Fields(const Json& object, std::string path) : obj_(object), path_(std::move(path)) {}
+
+  std::string name(const std::string& key) const { return join(path_, key); }
+
+  const Json* find(const std::string& key) const {
+    auto it = obj_.find(key);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+  const Json& require(const std::string& key) const {
+    const Json* v = find(key);
+    if (!v) missing(name(key));
+    return *v;
+  }
+
+  std::optional<std::string> string(const std::string& key, size_t max_bytes = SIZE_MAX) const {
+    const Json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) wrong_type(name(key), "a string", *v);
+    const std::string& s = v->get_ref<const std::string&>();
+    if (s.size() > max_bytes) bad_value(name(key), fmt::format("at most {} bytes are allowed, got {}.", max_bytes, s.size()));
+    return s;
+  }
+  std::optional<bool> boolean(const std::string& key) const {
+    const Json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) wrong_type(name(key), "a boolean", *v);
+    return v->get<bool>();
+  }
+  std::optional<int64_t> integer(const std::string& key, int64_t lo, int64_t hi) const {
+    const Json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) wrong_type(name(key), "an integer", *v);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
+      bad_value(name(key), fmt::format("must be at most {}, got {}.", hi, v->get<uint64_t>()));
+    const int64_t x = v->get<int64_t>();
+    if (x < lo) bad_value(name(key), fmt::format("must be at least {}, got {}.", lo, x));
+    if (x > hi) bad_value(name(key), fmt::format("must be at most {}, got {}.", hi, x));
+    return x;
+  }
+  // A number in [lo, hi] (lo excluded when `lo_open`).
+  std::optional<double> number(const std::string& key, double lo, double hi, bool lo_open = false) const {
+    const Json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) wrong_type(name(key), "a number", *v);
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo))
+      bad_value(name(key), fmt::format("must be in {}{}, {}], got {}.", lo_open ? "(" : "[", lo, hi, x));
+    return x;
+  }
+  const Json* object(const std::string& key) const {
+    const Json* v = find(key);
+    if (v && !v->is_object()) wrong_type(name(key), "an object", *v);
+    return v;
+  }
+  const Json* array(const std::string& key) const {
+    const Json* v = find(key);
+    if (v && !v->is_array()) wrong_type(name(key), "an array", *v);
+    return v;
+  }
+
+ private:
+  const Json& obj_;
+  std::string path_;
+};
+
+bool valid_function_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+// ---- fields both endpoints share -----------------------------------------------------------
+
+void parse_common(const Fields& f, const RequestDefaults& d, const RequestLimits& limits, ApiRequest& r) {
+  if (!f.find("model")) missing("model");
+  r.model = *f.string("model", limits.max_model_bytes);
+  r.stream = f.boolean("stream").value_or(false);
+  if (const Json* so = f.object("stream_options")) {
+    if (!r.stream) bad_value("stream_options", "only allowed when 'stream' is true.");
+    r.include_usage = Fields(*so, "stream_options").boolean("include_usage").value_or(false);
+  }
+  r.sampling = d.sampling;
+  if (auto t = f.number("temperature", 0, 2)) r.sampling.temperature = static_cast<float>(*t);
+  if (auto p = f.number("top_p", 0, 1, true)) r.sampling.top_p = static_cast<float>(*p);
+  if (auto k = f.integer("top_k", 0, 1 << 30)) r.sampling.top_k = static_cast<int>(*k);
+  if (auto m = f.number("min_p", 0, 1)) r.sampling.min_p = static_cast<float>(*m);
+  if (auto rp = f.number("repetition_penalty", 0, 100, true)) r.sampling.repetition_penalty = static_cast<float>(*rp);
+  for (const char* key : {"frequency_penalty", "presence_penalty"})
+    if (auto v = f.number(key, -2, 2); v && *v != 0)
+      unsupported(key, "only 0 is supported (use 'repetition_penalty' to discourage repetition).");
+  if (auto n = f.integer("n", 1, std::numeric_limits<int64_t>::max()); n && *n != 1)
+    unsupported("n", "only one choice per request (n = 1) is supported.");
+  if (auto s = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    r.seed = static_cast<uint64_t>(*s);
+  else
+    r.seed = d.seed;
+  r.max_tokens = d.max_tokens;
+  if (auto m = f.integer("max_tokens", 1, limits.max_tokens)) r.max_tokens = *m;
+  r.ignore_eos = f.boolean("ignore_eos").value_or(false);
+
+  if (!f.find("stop")) r.stop = d.stop;
+  if (const Json* stop = f.find("stop")) {
+    auto add = [&](const Json& v, const std::string& param) {
+      if (!v.is_string()) wrong_type(param, "a string", v);
+      const std::string& s = v.get_ref<const std::string&>();
+      if (s.empty()) bad_value(param, "stop strings must not be empty.");
+      if (s.size() > limits.max_stop_bytes)
+        bad_value(param, fmt::format("a stop string may have at most {} bytes.", limits.max_stop_bytes));
+      r.stop.push_back(s);
+    };
+    if (stop->is_string()) {
+      add(*stop, "stop");
+    } else if (stop->is_array()) {
+      if (stop->size() > limits.max_stop) bad_value("stop", fmt::format("at most {} stop strings are allowed.", limits.max_stop));
+      for (size_t i = 0; i < stop->size(); ++i) add((*stop)[i], at_index("stop", i));
+    } else {
+      wrong_type("stop", "a string or an array of strings", *stop);
+    }
+  }
+}
+
+// ---- chat ----------------------------------------------------------------------------------
+
+// Content: a string, or text parts [{"type": "text", "text": "..."}]. Returns it normalized.
+Json parse_content(const Json& v, const std::string& param) {
+  if (v.is_string()) return v;
+  if (!v.is_array()) wrong_type(param, "a string or an array of content parts", v);
+  Json parts = Json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = at_index(param, i);
+    if (!v[i].is_object()) wrong_type(p, "an object", v[i]);
+    Fields part(v[i], p);
+    const std::string type = part.string("type").value_or("");
+    if (!part.find("type")) missing(part.name("type"));
+    if (type != "text")
+      unsupported(part.name("type"), fmt::format("only \"text\" content parts are supported, got \"{}\".", type));
+    if (!part.find("text")) missing(part.name("text"));
+    parts.push_back({{"type", "text"}, {"text", *part.string("text")}});
+  }
+  return parts;
+}
+
+bool content_is_empty(const Json& c) {
+  if (c.is_string()) return c.get_ref<const std::string&>().empty();
+  for (const auto& part : c)
+    if (!part["text"].get_ref<const std::string&>().empty()) return false;
+  return true;
+}
+
+Json parse_tool_calls(const Json& v, const std::string& param) {
+  if (!v.is_array()) wrong_type(param, "an array", v);
+  Json calls = Json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = at_index(param, i);
+    if (!v[i].is_object()) wrong_type(p, "an object", v[i]);
+    Fields call(v[i], p);
+    if (auto type = call.string("type"); type && *type != "function")
+      unsupported(call.name("type"), fmt::format("only \"function\" tool calls are supported, got \"{}\".", *type));
+    const std::string id = call.string("id", 256).value_or("");
+    const Json* fn = call.object("function");
+    if (!fn) missing(call.name("function"));
+    Fields function(*fn, call.name("function"));
+    if (!function.find("name")) missing(function.name("name"));
+    const std::string name = *function.string("name", 64);
+    if (!valid_function_name(name))
+      bad_value(function.name("name"), "a function name is 1 to 64 letters, digits, '_' or '-'.");
+    std::string arguments = function.string("arguments").value_or("{}");
+    Json parsed = Json::parse(arguments, nullptr, false);
+    if (!parsed.is_object())
+      bad_value(function.name("arguments"), "must be a JSON object encoded as a string.");
+    Json out = {{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+    calls.push_back(std::move(out));
+  }
+  return calls;
+}
+
+Json parse_messages(const Fields& f, const RequestLimits& limits) {
+  const Json* messages = f.array("messages");
+  if (!messages) missing("messages");
+  if (messages->empty()) bad_value("messages", "at least one message is required.");
+  if (messages->size() > limits.max_messages)
+    bad_value("messages", fmt::format("at most {} messages are allowed, got {}.", limits.max_messages, messages->size()));
+  Json out = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const std::string p = at_index("messages", i);
+    const Json& m = (*messages)[i];
+    if (!m.is_object()) wrong_type(p, "an object", m);
+    Fields msg(m, p);
+    if (!msg.find("role")) missing(msg.name("role"));
+    const std::string role = *msg.string("role");
+    Json clean = {{"role", role}};
+    const Json* content = msg.find("content");
+    if (role == "system" || role == "developer" || role == "user" || role == "tool") {
+      if (!content) missing(msg.name("content"));
+      clean["content"] = parse_content(*content, msg.name("content"));
+      if (role == "developer" && content_is_empty(clean["content"]))
+        bad_value(msg.name("content"), "a developer message needs content.");
+      if (role == "tool") {
+        if (!msg.find("tool_call_id")) missing(msg.name("tool_call_id"));
+        clean["tool_call_id"] = *msg.string("tool_call_id", 256);
+      }
+    } else if (role == "assistant") {
+      clean["content"] = content ? parse_content(*content, msg.name("content")) : Json("");
+      if (auto reasoning = msg.string("reasoning_content")) clean["reasoning_content"] = *reasoning;
+      if (const Json* calls = msg.find("tool_calls")) clean["tool_calls"] = parse_tool_calls(*calls, msg.name("tool_calls"));
+    } else {
+      bad_value(msg.name("role"),
+                fmt::format("unknown role \"{}\" (expected system, developer, user, assistant or tool).", role));
+    }
+    msg.string("name", 256);  // accepted (type-checked) and not used: the format has no names
+    out.push_back(std::move(clean));
+  }
+  return out;
+}
+
+Json parse_tools(const Fields& f, const RequestLimits& limits) {
+  const Json* tools = f.array("tools");
+  if (!tools || tools->empty()) return Json::array();
+  if (tools->size() > limits.max_tools) bad_value("tools", fmt::format("at most {} tools are allowed.", limits.max_tools));
+  Json out = Json::array();
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const std::string p = at_index("tools", i);
+    if (!(*tools)[i].is_object()) wrong_type(p, "an object", (*tools)[i]);
+    Fields tool((*tools)[i], p);
+    if (!tool.find("type")) missing(tool.name("type"));
+    if (*tool.string("type") != "function")
+      unsupported(tool.name("type"), "only \"function\" tools are supported.");
+    const Json* fn = tool.object("function");
+    if (!fn) missing(tool.name("function"));
+    Fields function(*fn, tool.name("function"));
+    if (!function.find("name")) missing(function.name("name"));
+    if (!valid_function_name(*function.string("name")))
+      bad_value(function.name("name"), "a function name is 1 to 64 letters, digits, '_' or '-'.");
+    function.string("description");
+    function.object("parameters");
+    function.boolean("strict");
+    // Keep the schema's own key order: the model sees it as written.
+    Json clean = Json::object();
+    for (const auto& [key, value] : fn->items())
+      if ((key == "name" || key == "description" || key == "parameters" || key == "strict") && !value.is_null())
+        clean[key] = value;
+    out.push_back({{"type", "function"}, {"function", std::move(clean)}});
+  }
+  return out;
+}
+
+// The thinking switch and effort from whichever of the accepted spellings the request uses.
+void parse_thinking(const Fields& f, bool& thinking, chat::ReasoningEffort& effort) {
+  thinking = false;
+  effort = chat::ReasoningEffort::kDefault;
+  if (auto e = f.string("reasoning_effort")) {
+    if (*e == "none" || *e == "minimal") {
+      thinking = false;
+    } else if (*e == "low" || *e == "medium") {
+      thinking = true;
+    } else if (*e == "high") {
+      thinking = true;
+      effort = chat::ReasoningEffort::kHigh;
+    } else if (*e == "max" || *e == "xhigh") {
+      thinking = true;
+      effort = chat::ReasoningEffort::kMax;
+    } else {
+      bad_value("reasoning_effort", fmt::format("expected none, minimal, low, medium, high, max or xhigh, got \"{}\".", *e));
+    }
+  }
+  if (const Json* t = f.find("thinking")) {
+    if (t->is_boolean()) {
+      thinking = t->get<bool>();
+    } else if (t->is_object()) {
+      Fields tf(*t, "thinking");
+      const std::string type = tf.string("type").value_or("");
+      if (type != "enabled" && type != "disabled")
+        bad_value("thinking.type", fmt::format("expected \"enabled\" or \"disabled\", got \"{}\".", type));
+      thinking = type == "enabled";
+    } else {
+      wrong_type("thinking", "a boolean or an object", *t);
+    }
+  }
+  if (const Json* kw = f.object("chat_template_kwargs")) {
+    Fields k(*kw, "chat_template_kwargs");
+    if (auto t = k.boolean("enable_thinking")) thinking = *t;
+    if (auto t = k.boolean("thinking")) thinking = *t;
+  }
+  if (!thinking) effort = chat::ReasoningEffort::kDefault;
+}
+
+}  // namespace
+
+// ---- body -----------------------------------------------------------------------------------
+
+Json parse_json_body(std::string_view body, const RequestLimits& limits) {
+  if (body.empty()) throw_bad_request("", "invalid_json", "The request body is empty; expected a JSON object.");
+  if (size_t ok = text::valid_utf8_prefix(body); ok != body.size())
+    throw_bad_request("", "invalid_utf8", fmt::format("The request body is not valid UTF-8 (byte offset {}).", ok));
+  if (size_t depth = nesting_depth(body, limits.max_depth); depth > limits.max_depth)
+    throw_bad_request("", "invalid_json", fmt::format("The JSON body is nested deeper than {} levels.", limits.max_depth));
+  Json j = Json::parse(body, nullptr, false);
+  if (j.is_discarded()) {
+    ErrorPositionSax sax;
+    Json::sax_parse(body, &sax);
+    throw_bad_request("", "invalid_json",
+                      fmt::format("The body is not valid JSON (syntax error at byte {}).", sax.position));
+  }
+  if (!j.is_object()) throw_bad_request("", "invalid_json", fmt::format("The body must be a JSON object, got {}.", type_name(j)));
+  return j;
+}
+
+// ---- requests -------------------------------------------------------------------------------
+
+ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const RequestLimits& limits) {
+  ApiRequest r;
+  r.kind = ApiKind::kChat;
+  Fields f(body, "");
+  parse_common(f, d, limits, r);
+  if (auto m = f.integer("max_completion_tokens", 1, limits.max_tokens)) r.max_tokens = *m;
+  if (f.boolean("logprobs").value_or(false)) unsupported("logprobs", "log probabilities are not supported.");
+  if (auto t = f.integer("top_logprobs", 0, 20); t && *t != 0) unsupported("top_logprobs", "log probabilities are not supported.");
+  f.boolean("parallel_tool_calls");
+  if (const Json* rf = f.object("response_format")) {
+    Fields rff(*rf, "response_format");
+    if (rff.string("type").value_or("text") != "text")
+      unsupported("response_format.type", "only \"text\" is supported.");
+  }
+
+  Json messages = parse_messages(f, limits);
+  Json tools = parse_tools(f, limits);
+  bool use_tools = !tools.empty();
+  if (const Json* choice = f.find("tool_choice")) {
+    if (choice->is_string()) {
+      const std::string& c = choice->get_ref<const std::string&>();
+      if (c == "none") use_tools = false;
+      else if (c == "required")
+        unsupported("tool_choice", "\"required\" cannot be enforced by this server; use \"auto\".");
+      else if (c != "auto")
+        bad_value("tool_choice", fmt::format("expected \"none\", \"auto\" or \"required\", got \"{}\".", c));
+    } else if (choice->is_object()) {
+      unsupported("tool_choice", "forcing a particular tool is not supported; use \"auto\".");
+    } else {
+      wrong_type("tool_choice", "a string or an object", *choice);
+    }
+  }
+
+  chat::EncodeOptions eo;
+  parse_thinking(f, r.thinking, eo.reasoning_effort);
+  eo.thinking_mode = r.thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
+  // The official default: earlier turns' reasoning is not shown to the model again.
+  eo.drop_thinking = true;
+  r.tools = use_tools;
+  try {
+    r.prompt_text = chat::encode_messages(use_tools ? chat::attach_tools(messages, tools) : messages, eo);
+  } catch (const Error& e) {
+    throw_bad_request("messages", "invalid_value", fmt::format("The conversation cannot be encoded: {}", e.what()));
+  }
+  // The last user/tool turn starts with <｜User｜>, an added token, so the text before it
+  // tokenizes to a prefix of the prompt's tokens.
+  if (size_t at = r.prompt_text.rfind(chat::kUser); at != std::string::npos && at > 0) r.history_bytes = at;
+  return r;
+}
+
+ApiRequest parse_completion_request(const Json& body, const RequestDefaults& d, const RequestLimits& limits) {
+  ApiRequest r;
+  r.kind = ApiKind::kCompletion;
+  Fields f(body, "");
+  parse_common(f, d, limits, r);
+  if (f.boolean("echo").value_or(false)) unsupported("echo", "echoing the prompt is not supported.");
+  if (auto s = f.string("suffix"); s && !s->empty()) unsupported("suffix", "insertion (suffix) is not supported.");
+  if (auto b = f.integer("best_of", 1, std::numeric_limits<int64_t>::max()); b && *b != 1)
+    unsupported("best_of", "only best_of = 1 is supported.");
+  if (auto l = f.integer("logprobs", 0, 20); l && *l != 0) unsupported("logprobs", "log probabilities are not supported.");
+
+  const Json& prompt = f.require("prompt");
+  auto token_ids = [&](const Json& ids, const std::string& param) {
+    if (ids.empty()) bad_value(param, "the prompt has no tokens.");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Json& id = ids[i];
+      if (!id.is_number_integer()) wrong_type(at_index(param, i), "an integer token id", id);
+      if (id.is_number_unsigned() ? id.get<uint64_t>() >= static_cast<uint64_t>(d.vocab_size)
+                                  : (id.get<int64_t>() < 0 || id.get<int64_t>() >= d.vocab_size))
+        bad_value(at_index(param, i), fmt::format("token ids must be in [0, {}).", d.vocab_size));
+      r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  };
+  if (prompt.is_string()) {
+    r.prompt_text = std::string(chat::kBos) + prompt.get<std::string>();
+  } else if (prompt.is_array()) {
+    if (prompt.empty()) bad_value("prompt", "the prompt is empty.");
+    if (prompt[0].is_number_integer()) {
+      token_ids(prompt, "prompt");
+    } else {
+      if (prompt.size() != 1) unsupported("prompt", "one prompt per request is supported.");
+      if (prompt[0].is_string()) r.prompt_text = std::string(chat::kBos) + prompt[0].get<std::string>();
+      else if (prompt[0].is_array()) token_ids(prompt[0], "prompt[0]");
+      else wrong_type("prompt[0]", "a string or an array of token ids", prompt[0]);
+    }
+  } else {
+    wrong_type("prompt", "a string or an array of token ids", prompt);
+  }
+  return r;
+}
+
+// ---- responses ------------------------------------------------------------------------------
+
+std::string finish_reason_text(FinishReason reason, bool tool_calls) {
+  if (tool_calls) return "tool_calls";
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength:
+    case FinishReason::kContextLimit: return "length";
+    case FinishReason::kCancelled: return "stop";
+  }
+  return "stop";
+}
+
+Json usage_json(const GenerationStats& s) {
+  return {{"prompt_tokens", s.prompt_tokens},
+          {"completion_tokens", s.generated_tokens},
+          {"total_tokens", s.prompt_tokens + s.generated_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", s.reused_tokens}}}};
+}
+
+Json stats_json(const GenerationStats& s, double queue_s) {
+  return {{"queue_s", queue_s},
+          {"ttft_s", s.ttft_s},
+          {"prefill_tok_s", s.prefill_tok_s()},
+          {"decode_tok_s", s.decode_tok_s()},
+          {"reused_tokens", s.reused_tokens},
+          {"expert_hit_rate", s.hit_rate()},
+          {"bytes_read", s.bytes_read}};
+}
+
+Json tool_calls_json(const std::vector<text::chat::ToolCall>& calls, bool with_index) {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json c = Json::object();
+    if (with_index) c["index"] = i;
+    c["id"] = calls[i].id;
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+namespace {
+Json finish_value(const std::string& finish) { return finish.empty() ? Json(nullptr) : Json(finish); }
+}  // namespace
+
+Json chat_completion_json(const ResponseHeader& h, const ChatAnswer& a, bool thinking, const std::string& finish,
+                          Json usage, Json stats) {
+  Json message = {{"role", "assistant"}};
+  message["content"] = a.content.empty() && !a.tool_calls.empty() ? Json(nullptr) : Json(a.content);
+  if (thinking || !a.reasoning.empty()) message["reasoning_content"] = a.reasoning;
+  if (!a.tool_calls.empty()) message["tool_calls"] = tool_calls_json(a.tool_calls, false);
+  return {{"id", h.id},
+          {"object", "chat.completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", Json::array({{{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish}}})},
+          {"usage", std::move(usage)},
+          {"stats", std::move(stats)}};
+}
+
+Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish) {
+  return {{"id", h.id},
+          {"object", "chat.completion.chunk"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                                    {"finish_reason", finish_value(finish)}}})}};
+}
+
+Json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish, Json usage,
+                     Json stats) {
+  return {{"id", h.id},
+          {"object", "text_completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})},
+          {"usage", std::move(usage)},
+          {"stats", std::move(stats)}};
+}
+
+Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish) {
+  return {{"id", h.id},
+          {"object", "text_completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
+                                    {"finish_reason", finish_value(finish)}}})}};
+}
+
+Json usage_chunk_json(ApiKind kind, const ResponseHeader& h, Json usage, Json stats) {
+  return {{"id", h.id},
+          {"object", kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+          {"created", h.created},
+          {"model", h.model},
+          {"choices", Json::array()},
+          {"usage", std::move(usage)},
+          {"stats", std::move(stats)}};
+}
+
+std::string sse_event(const Json& j) {
+  // Generated text can hold invalid UTF-8 only as U+FFFD (the decoder repairs it), but be safe.
+  return "data: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace dsv4::server

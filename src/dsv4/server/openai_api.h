@@ -1,0 +1,128 @@
+// The OpenAI wire format: request bodies are parsed and validated field by field into an
+// ApiRequest (what the engine needs), and responses and stream chunks are built here. Every
+// check names the offending field in the error's `param`; nothing here touches the engine.
+//
+// Accepted request fields (anything else is ignored, as OpenAI-compatible servers commonly do):
+//   both endpoints  model (required), stream, stream_options.include_usage, max_tokens,
+//                   temperature [0, 2], top_p (0, 1], seed, stop (string or up to 4 strings),
+//                   n (1 only), frequency_penalty / presence_penalty (0 only), user;
+//                   extensions: top_k, min_p, repetition_penalty, ignore_eos (keep generating
+//                   past the end-of-sentence token, as vLLM's extension: benchmarks, tests)
+//   chat            messages (system | developer | user | assistant | tool; content as a string
+//                   or text parts; assistant reasoning_content and tool_calls; tool_call_id),
+//                   max_completion_tokens, tools (function tools), tool_choice (auto | none),
+//                   parallel_tool_calls, response_format (text only), logprobs (false only);
+//                   thinking: reasoning_effort (none | minimal -> off; low | medium | high ->
+//                   on; max | xhigh -> on with the "max" preamble), thinking (bool or
+//                   {"type": "enabled" | "disabled"}), chat_template_kwargs.thinking /
+//                   .enable_thinking (bool); the most specific one wins; default off
+//   completions     prompt (a string, which gets the BOS token in front, or token ids; one
+//                   prompt per request), echo (false only), suffix (empty only), best_of (1),
+//                   logprobs (null or 0)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv4/runtime/generator.h"
+#include "dsv4/server/api_error.h"
+#include "dsv4/text/chat_format.h"
+
+namespace dsv4::server {
+
+using Json = nlohmann::ordered_json;  // key order matters: tool schemas are rendered in order
+
+// Bounds on what one request may contain (the body size itself is bounded by the HTTP layer).
+struct RequestLimits {
+  size_t max_depth = 64;  // JSON nesting (deeper documents are refused before parsing)
+  size_t max_messages = 4096;
+  size_t max_tools = 128;
+  size_t max_stop = 4;
+  size_t max_stop_bytes = 256;
+  size_t max_model_bytes = 256;
+  int64_t max_tokens = int64_t{1} << 30;
+};
+
+// A request body as JSON. 400 for a body that is not UTF-8 (with the byte offset), too deeply
+// nested, not JSON (with the position), or not an object.
+Json parse_json_body(std::string_view body, const RequestLimits& limits = {});
+
+// What the server uses for fields a request leaves out.
+struct RequestDefaults {
+  SamplingParams sampling;        // its seed is not used
+  std::optional<uint64_t> seed;   // fixed seed for requests without one; none: random per request
+  int64_t max_tokens = 512;
+  std::vector<std::string> stop;  // for requests without "stop"
+  int32_t vocab_size = 0;         // token prompts must be below this
+};
+
+enum class ApiKind { kChat, kCompletion };
+
+struct ApiRequest {
+  ApiKind kind = ApiKind::kChat;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;
+  // The prompt: text whose tokenization is the prompt (the chat-encoded conversation, or BOS
+  // + the completion prompt), or token ids (completions; prompt_text is then empty).
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  // Chat: bytes of prompt_text before the last user/tool turn, i.e. the history that the
+  // next turn of this conversation will repeat (0: none).
+  size_t history_bytes = 0;
+  bool thinking = false;  // the answer starts with reasoning, closed by </think>
+  bool tools = false;     // tools were offered: the answer may end with DSML tool calls
+  SamplingParams sampling;
+  std::optional<uint64_t> seed;
+  int64_t max_tokens = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+ApiRequest parse_chat_request(const Json& body, const RequestDefaults& defaults, const RequestLimits& limits = {});
+ApiRequest parse_completion_request(const Json& body, const RequestDefaults& defaults,
+                                    const RequestLimits& limits = {});
+
+// ---- responses -----------------------------------------------------------------------------
+
+struct ResponseHeader {
+  std::string id;       // "chatcmpl-…" / "cmpl-…"
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// "stop" | "length" | "tool_calls" (a cancelled generation has no client left to tell).
+std::string finish_reason_text(FinishReason reason, bool tool_calls);
+
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
+Json usage_json(const GenerationStats& stats);
+// Non-standard per-answer timings (clients ignore unknown fields): ttft_s, prefill/decode tok/s, ...
+Json stats_json(const GenerationStats& stats, double queue_s);
+
+// The assistant message of a chat answer (reasoning, content, tool calls).
+struct ChatAnswer {
+  std::string reasoning;
+  std::string content;
+  std::vector<text::chat::ToolCall> tool_calls;
+};
+Json tool_calls_json(const std::vector<text::chat::ToolCall>& calls, bool with_index);
+
+Json chat_completion_json(const ResponseHeader& h, const ChatAnswer& answer, bool thinking, const std::string& finish,
+                          Json usage, Json stats);
+// One "chat.completion.chunk"; an empty `finish` is sent as null.
+Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish);
+Json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish, Json usage,
+                     Json stats);
+Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish);
+// The last chunk of a stream with include_usage: no choices, the usage.
+Json usage_chunk_json(ApiKind kind, const ResponseHeader& h, Json usage, Json stats);
+
+// "data: <json>\n\n"
+std::string sse_event(const Json& j);
+
+}  // namespace dsv4::server

@@ -1,0 +1,221 @@
+#include "dsv4/server/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dsv4/util/error.h"
+
+namespace dsv4::server {
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Enough of a text's start to see whether it begins with an added token (they are short).
+constexpr size_t kJunctionProbeBytes = 256;
+
+}  // namespace
+
+bool Job::wait(std::chrono::milliseconds timeout, std::string& text) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return finished_ || !text_.empty(); });
+  text += text_;
+  text_.clear();
+  return finished_;
+}
+
+Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      options_(options),
+      context_limit_(options.context_limit > 0
+                         ? std::min(options.context_limit, engine.config().max_position_embeddings)
+                         : engine.config().max_position_embeddings),
+      cache_(options.cache_entries, options.cache_bytes) {
+  metrics_.set_expert_stats(engine_.experts().stats());
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+Scheduler::Submitted Scheduler::submit(JobInput input) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return {nullptr, true};
+  const bool idle = !running_ && queue_.empty();
+  if (!idle && queue_.size() >= options_.max_queue) return {nullptr, false};
+  auto job = std::make_shared<Job>(std::move(input));
+  queue_.push_back(job);
+  cv_.notify_all();
+  return {job, false};
+}
+
+void Scheduler::cancel(const std::shared_ptr<Job>& job) {
+  job->cancel_.store(true);
+  std::lock_guard lock(mu_);
+  auto it = std::find(queue_.begin(), queue_.end(), job);
+  if (it != queue_.end()) {
+    queue_.erase(it);
+    finish(*job, JobOutcome::Status::kCancelled);
+  }
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      for (auto& job : queue_) finish(*job, JobOutcome::Status::kShutdown, "the server is shutting down");
+      queue_.clear();
+      if (running_) running_->cancel_.store(true);
+    }
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+SchedulerGauges Scheduler::gauges() const {
+  std::lock_guard lock(mu_);
+  return {queue_.size(), running_ != nullptr, cache_entries_, cache_bytes_};
+}
+
+int Scheduler::retry_after_s() const {
+  std::lock_guard lock(mu_);
+  const double wait = average_job_s_ * static_cast<double>(queue_.size() + 1);
+  return static_cast<int>(std::clamp(std::ceil(wait), 1.0, 3600.0));
+}
+
+void Scheduler::finish(Job& job, JobOutcome::Status status, std::string error) {
+  std::lock_guard lock(job.mu_);
+  job.outcome_.status = status;
+  job.outcome_.error = std::move(error);
+  job.finished_ = true;
+  job.cv_.notify_all();
+}
+
+void Scheduler::worker_loop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;  // stop() already finished the queued jobs
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = job;
+    }
+    const auto start = Clock::now();
+    run(*job);
+    metrics_.set_expert_stats(engine_.experts().stats());
+    std::lock_guard lock(mu_);
+    running_.reset();
+    average_job_s_ = 0.7 * average_job_s_ + 0.3 * seconds_between(start, Clock::now());
+    cache_entries_ = cache_.entries();
+    cache_bytes_ = cache_.bytes();
+  }
+}
+
+void Scheduler::store_snapshot(SessionState s, std::span<const int32_t> tail) {
+  // The decoded text lets a later prompt match by text when its tokenization differs from
+  // the tokens the model generated (see run()).
+  std::vector<int32_t> key = s.tokens;
+  key.insert(key.end(), tail.begin(), tail.end());
+  std::string text = tokenizer_.decode(key);
+  cache_.insert(std::move(s), tail, std::move(text));
+}
+
+void Scheduler::run(Job& job) {
+  const JobInput& in = job.input_;
+  const auto start = Clock::now();
+  JobOutcome& out = job.outcome_;  // only this thread writes it until finish()
+  out.queue_s = seconds_between(in.arrival, start);
+  try {
+    // Find the longest cached prefix: by tokens, or by text. A conversation's next request
+    // repeats the previous answer as text; re-tokenized it need not give the tokens the model
+    // generated, but the cached session (which holds those tokens) is still the right
+    // history when its text is a prefix of the new prompt and the rest starts with an added
+    // token (<｜end▁of▁sentence｜>, <｜User｜>, ...), which the tokenizer never merges across.
+    std::vector<int32_t> prompt = in.prompt;
+    auto match = cache_.longest_token_prefix(prompt);
+    if (!in.prompt_text.empty()) {
+      auto junction_ok = [&](std::string_view rest) {
+        std::vector<int32_t> head = tokenizer_.encode(rest.substr(0, kJunctionProbeBytes));
+        return !head.empty() && tokenizer_.is_added(head[0]);
+      };
+      auto by_text = cache_.longest_text_prefix(in.prompt_text, junction_ok);
+      if (by_text && (!match || by_text->state.tokens.size() > match->state.tokens.size())) {
+        std::vector<int32_t> alt = by_text->key;
+        std::vector<int32_t> rest = tokenizer_.encode(std::string_view(in.prompt_text).substr(by_text->text.size()));
+        alt.insert(alt.end(), rest.begin(), rest.end());
+        if (static_cast<int64_t>(alt.size()) < context_limit_) {
+          prompt = std::move(alt);
+          match = std::move(by_text);
+        }
+      }
+    }
+    metrics_.count_cache_lookup(match.has_value());
+    SessionState session = match ? std::move(match->state) : engine_.new_session();
+    match.reset();
+    const int64_t reused = static_cast<int64_t>(session.tokens.size());
+
+    GenerationRequest req = in.generation;
+    req.context_limit = context_limit_;
+    req.chunk = options_.chunk;
+    GenerationCallbacks cb;
+    cb.cancel = &job.cancel_;
+    GenerationStats history_stats;
+
+    // Stage 1: prefill up to the history boundary and keep a snapshot there.
+    const size_t boundary = in.history_suffix > 0 && in.history_suffix < prompt.size() ? prompt.size() - in.history_suffix : 0;
+    if (boundary > session.tokens.size()) {
+      GenerationRequest history = req;
+      history.prompt.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(boundary));
+      history.max_tokens = 0;
+      history.stop_strings.clear();
+      cb.detokenize = [](int32_t) { return std::string(); };
+      GenerationResult r = generate(engine_, session, history, cb);
+      history_stats = r.stats;
+      if (r.finish == FinishReason::kCancelled) {
+        out.result = std::move(r);
+        finish(job, JobOutcome::Status::kCancelled);
+        return;
+      }
+      store_snapshot(session, {});
+    }
+
+    // Stage 2: the rest of the prompt and the answer.
+    text::IncrementalDecoder decoder(tokenizer_);
+    cb.detokenize = [&](int32_t id) { return decoder.push(id); };
+    cb.flush = [&] { return decoder.finish(); };
+    cb.on_text = [&](const std::string& t) {
+      std::lock_guard lock(job.mu_);
+      job.text_ += t;
+      job.cv_.notify_all();
+    };
+    req.prompt = std::move(prompt);
+    const auto answer_start = Clock::now();
+    GenerationResult r = generate(engine_, session, req, cb);
+    // One set of stats for the whole request (both stages).
+    r.stats.reused_tokens = reused;
+    r.stats.prefill_s += history_stats.prefill_s;
+    r.stats.ttft_s += seconds_between(start, answer_start);
+    r.stats.expert_requests += history_stats.expert_requests;
+    r.stats.expert_hits += history_stats.expert_hits;
+    r.stats.bytes_read += history_stats.bytes_read;
+    out.ttft_s = out.queue_s + r.stats.ttft_s;
+    // The answer's last token was sampled but not fed: it becomes the snapshot's tail, so the
+    // next turn (which repeats the answer) matches the whole answer.
+    const size_t fed = session.tokens.size() > req.prompt.size() ? session.tokens.size() - req.prompt.size() : 0;
+    std::span<const int32_t> tail(r.tokens);
+    tail = session.tokens.size() >= req.prompt.size() && fed <= tail.size() ? tail.subspan(fed) : tail.first(0);
+    store_snapshot(std::move(session), tail);
+    metrics_.observe_generation(r.stats, out.ttft_s, out.queue_s, r.finish);
+    const bool cancelled = r.finish == FinishReason::kCancelled;
+    out.result = std::move(r);
+    finish(job, cancelled ? JobOutcome::Status::kCancelled : JobOutcome::Status::kDone);
+  } catch (const std::exception& e) {
+    // The session that failed is dropped; the cache only holds snapshots taken before.
+    finish(job, JobOutcome::Status::kFailed, e.what());
+  }
+}
+
+}  // namespace dsv4::server

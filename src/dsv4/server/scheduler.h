@@ -1,0 +1,126 @@
+// One engine, one worker thread, one generation at a time. Requests wait in a FIFO queue of
+// bounded length (a full queue refuses at once, so the HTTP layer can answer 429); a client
+// that goes away cancels its request (a queued one is dropped, a running one stops at the next
+// token or prefill chunk). Before each generation the prefix cache supplies the longest
+// session snapshot the prompt extends, and after it the worker stores snapshots for the next
+// turn of the conversation: one at the start of the last user turn (the history the next
+// request repeats even when it rewrites the answer, as thinking mode does) and one after the
+// answer.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsv4/model/engine.h"
+#include "dsv4/runtime/generator.h"
+#include "dsv4/server/metrics.h"
+#include "dsv4/server/prefix_cache.h"
+#include "dsv4/text/tokenizer.h"
+
+namespace dsv4::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct SchedulerOptions {
+  size_t max_queue = 8;                  // requests allowed to wait while one runs
+  size_t cache_entries = 8;              // prefix cache snapshots
+  uint64_t cache_bytes = uint64_t{1} << 30;
+  int64_t context_limit = 0;             // 0: the model's max_position_embeddings
+  int64_t chunk = 0;                     // prefill chunk (0: the generator's default)
+};
+
+struct JobInput {
+  std::vector<int32_t> prompt;   // the canonical tokens of the prompt
+  std::string prompt_text;       // the text they encode ("" when the client sent token ids)
+  size_t history_suffix = 0;     // tokens after the history boundary (0: no boundary)
+  GenerationRequest generation;  // sampling, max_tokens, stops (prompt, limit, chunk are set here)
+  Clock::time_point arrival = Clock::now();
+};
+
+struct JobOutcome {
+  enum class Status { kDone, kCancelled, kFailed, kShutdown };
+  Status status = Status::kDone;
+  std::string error;         // kFailed: what went wrong
+  GenerationResult result;   // kDone (and kCancelled: what was generated so far)
+  double queue_s = 0;        // arrival -> start
+  double ttft_s = 0;         // arrival -> first token
+};
+
+class Job {
+ public:
+  explicit Job(JobInput input) : input_(std::move(input)) {}
+  // Waits up to `timeout` for news. Appends the text generated since the last call to `text`
+  // and returns true once the job has finished (then outcome() is valid).
+  bool wait(std::chrono::milliseconds timeout, std::string& text);
+  const JobOutcome& outcome() const { return outcome_; }
+  const JobInput& input() const { return input_; }
+
+ private:
+  friend class Scheduler;
+  JobInput input_;
+  std::atomic<bool> cancel_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;
+  bool finished_ = false;
+  JobOutcome outcome_;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  struct Submitted {
+    std::shared_ptr<Job> job;  // null: refused
+    bool shutting_down = false;
+  };
+  // Queues a job, or refuses it when max_queue requests already wait (or on shutdown).
+  Submitted submit(JobInput input);
+  // The client is gone: drop the job if it still waits, stop it if it runs.
+  void cancel(const std::shared_ptr<Job>& job);
+  // Cancels everything and joins the worker; queued jobs finish with kShutdown.
+  void stop();
+
+  int64_t context_limit() const { return context_limit_; }
+  SchedulerGauges gauges() const;
+  // Seconds a refused client should wait before retrying (a rough estimate, at least 1).
+  int retry_after_s() const;
+
+ private:
+  void worker_loop();
+  void run(Job& job);
+  void finish(Job& job, JobOutcome::Status status, std::string error = "");
+  void store_snapshot(SessionState s, std::span<const int32_t> tail);
+
+  Engine& engine_;
+  const text::Tokenizer& tokenizer_;
+  Metrics& metrics_;
+  SchedulerOptions options_;
+  int64_t context_limit_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> running_;
+  bool stopping_ = false;
+  double average_job_s_ = 1.0;
+  size_t cache_entries_ = 0;  // mirrors of the cache (worker-only) for gauges()
+  uint64_t cache_bytes_ = 0;
+
+  PrefixCache cache_;  // the worker's alone
+  std::thread worker_;
+};
+
+}  // namespace dsv4::server

@@ -1,0 +1,1070 @@
+// The OpenAI-compatible server (src/dsv4/server/): the answer splitter (reasoning / content /
+// tool calls) that streaming and non-streaming responses share, request validation, the
+// prefix cache and metrics as units; then the HTTP server in process on the tiny-a fixture:
+// greedy answers against the reference, streaming, multi-turn prefix reuse, more than 50
+// malformed requests, authentication, 429 with a full queue, and cancellation of queued and
+// running generations when their client disconnects.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "dsv4/server/chat_output.h"
+#include "dsv4/server/http_server.h"
+#include "dsv4/server/metrics.h"
+#include "dsv4/server/openai_api.h"
+#include "dsv4/server/prefix_cache.h"
+#include "dsv4/server/web_assets.h"
+#include "dsv4/text/dsml.h"
+#include "dsv4/util/error.h"
+#include "test_util.h"
+
+namespace dsv4::server {
+namespace {
+
+using namespace std::chrono_literals;
+namespace chat = text::chat;
+using test::fixture;
+
+const std::string kThinkEnd(chat::kThinkEnd);
+const std::string kDsml(chat::kDsml);
+
+std::string tool_block(const std::string& name, const std::string& params) {
+  return "\n\n<" + kDsml + "tool_calls>\n<" + kDsml + "invoke name=\"" + name + "\">\n" + params + "\n</" + kDsml +
+         "invoke>\n</" + kDsml + "tool_calls>";
+}
+std::string string_param(const std::string& name, const std::string& value) {
+  return "<" + kDsml + "parameter name=\"" + name + "\" string=\"true\">" + value + "</" + kDsml + "parameter>";
+}
+
+// Feeds `text` in pieces of `step` bytes and collects everything the parser returns.
+ChatDelta feed_in_pieces(ChatOutputParser& p, const std::string& text, size_t step, std::vector<ChatDelta>* deltas = nullptr) {
+  ChatDelta all;
+  auto add = [&](ChatDelta d) {
+    if (deltas) deltas->push_back(d);
+    all.reasoning += d.reasoning;
+    all.content += d.content;
+    for (auto& c : d.tool_calls) all.tool_calls.push_back(c);
+  };
+  for (size_t i = 0; i < text.size(); i += step) add(p.feed(text.substr(i, step)));
+  add(p.finish());
+  return all;
+}
+
+// ---- the answer splitter ---------------------------------------------------------------------
+
+TEST(ChatOutput, PlainContentComesOutWhateverThePieces) {
+  const std::string text = "Hello, world.\n\nA second paragraph\n";
+  for (size_t step : {1, 2, 5, 100}) {
+    ChatOutputParser p(false, true, "call_");
+    ChatDelta d = feed_in_pieces(p, text, step);
+    EXPECT_EQ(d.content, text) << step;
+    EXPECT_TRUE(d.reasoning.empty());
+    EXPECT_TRUE(d.tool_calls.empty());
+  }
+}
+
+TEST(ChatOutput, ThinkingSplitsAtThinkEndEvenWhenTheMarkerIsSplit) {
+  const std::string text = "Let me think <about> it." + kThinkEnd + "The answer is 4.";
+  for (size_t step : {1, 3, 7, 1000}) {
+    ChatOutputParser p(true, false, "call_");
+    std::vector<ChatDelta> deltas;
+    ChatDelta d = feed_in_pieces(p, text, step, &deltas);
+    EXPECT_EQ(d.reasoning, "Let me think <about> it.") << step;
+    EXPECT_EQ(d.content, "The answer is 4.") << step;
+    for (const ChatDelta& x : deltas) {
+      EXPECT_EQ(x.reasoning.find('/'), std::string::npos) << "a piece of </think> leaked into the reasoning";
+      EXPECT_EQ(x.content.find("think>"), std::string::npos);
+    }
+  }
+}
+
+TEST(ChatOutput, UnclosedThinkingIsAllReasoning) {
+  ChatOutputParser p(true, false, "call_");
+  ChatDelta d = feed_in_pieces(p, "still thinking </thi", 4);
+  EXPECT_EQ(d.reasoning, "still thinking </thi");
+  EXPECT_EQ(d.content, "");
+}
+
+TEST(ChatOutput, ToolCallsAreParsedAndNeverStreamedAsContent) {
+  const std::string text = "Checking." + tool_block("get_weather", string_param("location", "Beijing"));
+  for (size_t step : {1, 4, 9, 1000}) {
+    ChatOutputParser p(false, true, "call_x_");
+    std::vector<ChatDelta> deltas;
+    ChatDelta d = feed_in_pieces(p, text, step, &deltas);
+    EXPECT_EQ(d.content, "Checking.") << step;
+    ASSERT_EQ(d.tool_calls.size(), 1u) << step;
+    EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(d.tool_calls[0].arguments, R"({"location": "Beijing"})");
+    EXPECT_EQ(d.tool_calls[0].id, "call_x_0");
+    for (const ChatDelta& x : deltas) EXPECT_EQ(x.content.find(kDsml), std::string::npos);
+  }
+}
+
+TEST(ChatOutput, ThinkingThenTwoToolCalls) {
+  const std::string text = "I need two lookups." + kThinkEnd +
+                           "\n\n<" + kDsml + "tool_calls>\n<" + kDsml + "invoke name=\"a\">\n" + string_param("q", "1") +
+                           "\n</" + kDsml + "invoke>\n<" + kDsml + "invoke name=\"b\">\n<" + kDsml +
+                           "parameter name=\"n\" string=\"false\">3</" + kDsml + "parameter>\n</" + kDsml + "invoke>\n</" +
+                           kDsml + "tool_calls>";
+  ChatOutputParser p(true, true, "call_");
+  ChatDelta d = feed_in_pieces(p, text, 5);
+  EXPECT_EQ(d.reasoning, "I need two lookups.");
+  EXPECT_EQ(d.content, "");
+  ASSERT_EQ(d.tool_calls.size(), 2u);
+  EXPECT_EQ(d.tool_calls[1].name, "b");
+  EXPECT_EQ(d.tool_calls[1].arguments, R"({"n": 3})");
+  EXPECT_EQ(d.tool_calls[1].id, "call_1");
+}
+
+TEST(ChatOutput, MalformedOrUnofferedToolBlocksStayContent) {
+  const std::string broken = "x" + std::string("\n\n<") + kDsml + "tool_calls>\n<" + kDsml + "invoke name=\"a\">\noops";
+  ChatOutputParser p(false, true, "call_");
+  ChatDelta d = feed_in_pieces(p, broken, 3);
+  EXPECT_EQ(d.content, broken);
+  EXPECT_TRUE(d.tool_calls.empty());
+
+  const std::string trailing = "y" + tool_block("a", string_param("q", "1")) + "and more";
+  ChatOutputParser p2(false, true, "call_");
+  EXPECT_EQ(feed_in_pieces(p2, trailing, 2).content, trailing);
+
+  const std::string valid = "z" + tool_block("a", string_param("q", "1"));
+  ChatOutputParser p3(false, false, "call_");  // no tools offered: nothing is parsed
+  ChatDelta d3 = feed_in_pieces(p3, valid, 1);
+  EXPECT_EQ(d3.content, valid);
+  EXPECT_TRUE(d3.tool_calls.empty());
+}
+
+TEST(ChatOutput, ResponseJsonCarriesToolCallsAndFinishReason) {
+  ChatOutputParser p(false, true, "call_abc_");
+  ChatDelta body = p.feed(tool_block("lookup", string_param("q", "cats")));
+  ChatDelta end = p.finish();
+  ChatAnswer a{body.reasoning + end.reasoning, body.content + end.content, end.tool_calls};
+  GenerationStats s;
+  s.prompt_tokens = 10;
+  s.generated_tokens = 5;
+  s.reused_tokens = 4;
+  Json j = chat_completion_json({"chatcmpl-1", 7, "m"}, a, false, finish_reason_text(FinishReason::kStop, true),
+                                usage_json(s), stats_json(s, 0));
+  const Json& msg = j["choices"][0]["message"];
+  EXPECT_TRUE(msg["content"].is_null());
+  EXPECT_EQ(msg["tool_calls"][0]["id"], "call_abc_0");
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "lookup");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], R"({"q": "cats"})");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["usage"]["total_tokens"], 15);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+}
+
+// ---- request parsing -------------------------------------------------------------------------
+
+RequestDefaults defaults() {
+  RequestDefaults d;
+  d.max_tokens = 16;
+  d.vocab_size = 512;
+  return d;
+}
+
+Json chat_body(Json messages) { return Json{{"model", "m"}, {"messages", std::move(messages)}}; }
+
+TEST(ApiRequestParsing, ChatEncodesWithTheOfficialFormat) {
+  Json body = chat_body(Json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}));
+  ApiRequest r = parse_chat_request(body, defaults());
+  const std::string B(chat::kBos), U(chat::kUser), A(chat::kAssistant);
+  EXPECT_EQ(r.prompt_text, B + "Be brief." + U + "Hi" + A + kThinkEnd);
+  EXPECT_EQ(r.history_bytes, (B + "Be brief.").size());
+  EXPECT_FALSE(r.thinking);
+  EXPECT_EQ(r.max_tokens, 16);
+
+  body["reasoning_effort"] = "max";
+  r = parse_chat_request(body, defaults());
+  EXPECT_TRUE(r.thinking);
+  EXPECT_NE(r.prompt_text.find("Reasoning Effort: Absolute maximum"), std::string::npos);
+  EXPECT_TRUE(r.prompt_text.ends_with(A + std::string(chat::kThinkStart)));
+  body["chat_template_kwargs"] = {{"thinking", false}};
+  EXPECT_FALSE(parse_chat_request(body, defaults()).thinking);
+  body.erase("chat_template_kwargs");
+  body["thinking"] = {{"type", "disabled"}};
+  EXPECT_FALSE(parse_chat_request(body, defaults()).thinking);
+}
+
+TEST(ApiRequestParsing, ToolsGoOnTheSystemMessageUnlessToolChoiceIsNone) {
+  Json tools = Json::array({{{"type", "function"},
+                             {"function", {{"name", "get_weather"}, {"description", "d"}, {"parameters", {{"type", "object"}}}}}}});
+  Json body = chat_body(Json::array({{{"role", "user"}, {"content", "Weather?"}}}));
+  body["tools"] = tools;
+  ApiRequest r = parse_chat_request(body, defaults());
+  EXPECT_TRUE(r.tools);
+  Json expected_messages = chat::attach_tools(body["messages"], tools);
+  EXPECT_EQ(r.prompt_text, chat::encode_messages(expected_messages, {}));
+  EXPECT_NE(r.prompt_text.find("## Tools"), std::string::npos);
+  body["tool_choice"] = "none";
+  r = parse_chat_request(body, defaults());
+  EXPECT_FALSE(r.tools);
+  EXPECT_EQ(r.prompt_text.find("## Tools"), std::string::npos);
+}
+
+TEST(ApiRequestParsing, AssistantToolCallsAndToolResultsEncodeLikeTheEncoder) {
+  Json messages = Json::array(
+      {{{"role", "user"}, {"content", "Weather in Paris?"}},
+       {{"role", "assistant"},
+        {"content", nullptr},
+        {"tool_calls", Json::array({{{"id", "call_1"}, {"type", "function"},
+                                     {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Paris"})"}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", R"({"temp": 21})"}}});
+  ApiRequest r = parse_chat_request(chat_body(messages), defaults());
+  Json for_encoder = messages;
+  for_encoder[1]["content"] = "";
+  EXPECT_EQ(r.prompt_text, chat::encode_messages(for_encoder, {}));
+  EXPECT_NE(r.prompt_text.find("<tool_result>{\"temp\": 21}</tool_result>"), std::string::npos);
+  EXPECT_NE(r.prompt_text.find("invoke name=\"get_weather\""), std::string::npos);
+}
+
+TEST(ApiRequestParsing, SamplingStopAndDefaults) {
+  RequestDefaults d = defaults();
+  d.stop = {"END"};
+  d.seed = 42;
+  Json body = chat_body(Json::array({{{"role", "user"}, {"content", "x"}}}));
+  ApiRequest r = parse_chat_request(body, d);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.seed, 42u);
+  body.update(Json{{"temperature", 0.5}, {"top_p", 0.9}, {"seed", -1}, {"stop", "x"}, {"max_completion_tokens", 7},
+                   {"top_k", 5}, {"ignore_eos", true}});
+  r = parse_chat_request(body, d);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_EQ(r.seed, ~uint64_t{0});
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_TRUE(r.ignore_eos);
+}
+
+TEST(ApiRequestParsing, CompletionPrompts) {
+  Json body = {{"model", "m"}, {"prompt", "Once"}};
+  ApiRequest r = parse_completion_request(body, defaults());
+  EXPECT_EQ(r.prompt_text, std::string(chat::kBos) + "Once");
+  body["prompt"] = Json::array({1, 2, 3});
+  r = parse_completion_request(body, defaults());
+  EXPECT_TRUE(r.prompt_text.empty());
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  body["prompt"] = Json::array({Json::array({4, 5})});
+  EXPECT_EQ(parse_completion_request(body, defaults()).prompt_ids, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(ApiRequestParsing, ErrorsNameTheField) {
+  auto param_of = [](const Json& body) {
+    try {
+      parse_chat_request(body, defaults());
+    } catch (const ApiException& e) {
+      EXPECT_EQ(e.error().status, 400);
+      EXPECT_NE(e.error().message.find(e.error().param), std::string::npos) << e.error().message;
+      return e.error().param;
+    }
+    return std::string("(accepted)");
+  };
+  Json ok = chat_body(Json::array({{{"role", "user"}, {"content", "x"}}}));
+  EXPECT_EQ(param_of(ok), "(accepted)");
+  Json b = ok;
+  b["messages"][0]["role"] = "wizard";
+  EXPECT_EQ(param_of(b), "messages[0].role");
+  b = ok;
+  b["messages"][0]["content"] = Json::array({{{"type", "image_url"}}});
+  EXPECT_EQ(param_of(b), "messages[0].content[0].type");
+  b = ok;
+  b["max_tokens"] = -3;
+  EXPECT_EQ(param_of(b), "max_tokens");
+  b = ok;
+  b["tools"] = Json::array({{{"type", "function"}, {"function", {{"name", "bad name"}}}}});
+  EXPECT_EQ(param_of(b), "tools[0].function.name");
+}
+
+TEST(ApiRequestParsing, BodyGuards) {
+  auto code_of = [](std::string_view body) {
+    try {
+      parse_json_body(body);
+    } catch (const ApiException& e) {
+      return e.error().code;
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(code_of(R"({"a": [1, {"b": "c"}]})"), "(accepted)");
+  EXPECT_EQ(code_of("{\"a\": \"\xff\"}"), "invalid_utf8");
+  EXPECT_EQ(code_of(std::string(100000, '[')), "invalid_json");
+  EXPECT_EQ(code_of("{\"a\":" + std::string(60, '[') + std::string(60, ']') + "}"), "(accepted)");
+  EXPECT_EQ(code_of("{\"a\":" + std::string(70, '[') + std::string(70, ']') + "}"), "invalid_json");
+  EXPECT_EQ(code_of("[1]"), "invalid_json");  // not an object
+  EXPECT_EQ(code_of("{\"a\": 1} x"), "invalid_json");
+  EXPECT_EQ(code_of(""), "invalid_json");
+  // Brackets inside strings do not count as nesting.
+  EXPECT_EQ(code_of("{\"a\": \"" + std::string(1000, '[') + "\"}"), "(accepted)");
+}
+
+// ---- prefix cache and metrics ----------------------------------------------------------------
+
+SessionState session_with(std::vector<int32_t> tokens, size_t payload_floats = 0) {
+  SessionState s;
+  s.tokens = std::move(tokens);
+  s.position = static_cast<int64_t>(s.tokens.size());
+  s.layers.resize(1);
+  s.layers[0].window_kv.assign(payload_floats, 1.0f);
+  return s;
+}
+
+TEST(PrefixCache, LongestPrefixByKeyIncludingTheUnfedTail) {
+  PrefixCache cache(4, 1 << 20);
+  cache.insert(session_with({1, 2}), {}, "");
+  cache.insert(session_with({1, 2, 3}), std::vector<int32_t>{4}, "");  // key 1 2 3 4
+  cache.insert(session_with({9}), {}, "");
+  auto m = cache.longest_token_prefix(std::vector<int32_t>{1, 2, 3, 4, 5});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->state.tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(m->key, (std::vector<int32_t>{1, 2, 3, 4}));
+  // A key equal to the prompt is still usable: its session is one token short.
+  m = cache.longest_token_prefix(std::vector<int32_t>{1, 2, 3, 4});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->state.tokens.size(), 3u);
+  // A session that holds the whole prompt is not (one token must be fed to get logits).
+  m = cache.longest_token_prefix(std::vector<int32_t>{1, 2});
+  EXPECT_FALSE(m);
+  EXPECT_FALSE(cache.longest_token_prefix(std::vector<int32_t>{7, 1, 2, 3}));
+}
+
+TEST(PrefixCache, EvictsLeastRecentlyUsedByCountAndBytes) {
+  PrefixCache cache(2, 1 << 20);
+  cache.insert(session_with({1}), {}, "");
+  cache.insert(session_with({2}), {}, "");
+  ASSERT_TRUE(cache.longest_token_prefix(std::vector<int32_t>{1, 5}));  // 1 is now the most recent
+  cache.insert(session_with({3}), {}, "");
+  EXPECT_EQ(cache.entries(), 2u);
+  EXPECT_TRUE(cache.longest_token_prefix(std::vector<int32_t>{1, 5}));
+  EXPECT_FALSE(cache.longest_token_prefix(std::vector<int32_t>{2, 5}));
+
+  PrefixCache small(8, 100000);  // bytes bound: ~40 KB sessions, two fit
+  for (int32_t t = 1; t <= 4; ++t) small.insert(session_with({t}, 10000), {}, "");
+  EXPECT_EQ(small.entries(), 2u);
+  EXPECT_LE(small.bytes(), 100000u);
+  small.insert(session_with({5}, 100000), {}, "");  // larger than the bound: not kept
+  EXPECT_EQ(small.entries(), 2u);
+  EXPECT_FALSE(small.longest_token_prefix(std::vector<int32_t>{5, 1}));
+}
+
+TEST(PrefixCache, TextPrefixNeedsTheJunctionCheck) {
+  PrefixCache cache(4, 1 << 20);
+  cache.insert(session_with({1, 2}), {}, "Hello");
+  cache.insert(session_with({1, 2, 3}), {}, "Hello wor");
+  auto always = [](std::string_view) { return true; };
+  auto never_w = [](std::string_view rest) { return !rest.starts_with("ld"); };
+  auto m = cache.longest_text_prefix("Hello world", always);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->text, "Hello wor");
+  m = cache.longest_text_prefix("Hello world", never_w);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->text, "Hello");
+  EXPECT_FALSE(cache.longest_text_prefix("Hello", always));  // must be a proper prefix
+}
+
+TEST(Metrics, PrometheusTextWithCumulativeHistograms) {
+  Metrics m;
+  m.count_request("/v1/chat/completions", 200);
+  m.count_request("/v1/chat/completions", 200);
+  m.count_request("other", 404);
+  GenerationStats s;
+  s.prompt_tokens = 10;
+  s.reused_tokens = 3;
+  s.generated_tokens = 5;
+  s.decode_s = 1.0;
+  m.observe_generation(s, 0.3, 0.01, FinishReason::kLength);
+  ExpertStats e;
+  e.requests = 10;
+  e.hits = 8;
+  e.bytes_read = 12345;
+  m.set_expert_stats(e);
+  const std::string text = m.render({3, true, 2, 4096});
+  EXPECT_NE(text.find("dsv4_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_requests_total{endpoint=\"other\",status=\"404\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_prompt_tokens_total 10\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_prompt_tokens_reused_total 3\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_generated_tokens_total 5\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_time_to_first_token_seconds_bucket{le=\"0.25\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_time_to_first_token_seconds_bucket{le=\"0.5\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_decode_tokens_per_second_bucket{le=\"4\"} 1\n"), std::string::npos);  // 4 tok/s
+  EXPECT_NE(text.find("dsv4_expert_hit_rate 0.8\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_expert_bytes_read_total 12345\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv4_queue_depth 3\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE dsv4_time_to_first_token_seconds histogram\n"), std::string::npos);
+}
+
+// ---- the HTTP server on tiny-a ----------------------------------------------------------------
+
+struct Model {
+  std::unique_ptr<Engine> engine;
+  text::Tokenizer tokenizer;
+};
+
+// Loaded once per test process (ctest runs each test in its own process).
+Model& model() {
+  static Model m = [] {
+    EngineOptions eo;
+    eo.numerics = kernels::Numerics::kReference;  // the reference.json greedy tokens
+    eo.threads = 1;
+    return Model{Engine::open(fixture("tiny-a"), eo), text::Tokenizer::from_file(fixture("tiny-a") + "/tokenizer.json")};
+  }();
+  return m;
+}
+
+ServerOptions test_options() {
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.model_name = "tiny-a";
+  o.max_body_bytes = 1 << 20;
+  o.defaults.max_tokens = 8;
+  o.defaults.vocab_size = static_cast<int32_t>(model().engine->config().vocab_size);
+  o.scheduler.max_queue = 2;
+  return o;
+}
+
+// A server on a free loopback port, stopped (and its threads joined) even when a test fails.
+class TestServer {
+ public:
+  explicit TestServer(ServerOptions o = test_options()) : server_(*model().engine, model().tokenizer, std::move(o)) {
+    port_ = server_.bind();
+    server_.start();
+  }
+  ~TestServer() { server_.stop(); }
+  int port() const { return port_; }
+  Server& server() { return server_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120);
+    return c;
+  }
+
+ private:
+  Server server_;
+  int port_ = 0;
+};
+
+struct Reply {
+  int status = 0;
+  Json json;
+  std::string body;
+  httplib::Headers headers;
+};
+
+Reply post(const TestServer& s, const std::string& path, const std::string& body,
+           const std::string& content_type = "application/json", httplib::Headers headers = {}) {
+  auto res = s.client().Post(path.c_str(), headers, body, content_type.c_str());
+  Reply r;
+  if (!res) return r;
+  r.status = res->status;
+  r.body = res->body;
+  r.headers = res->headers;
+  r.json = Json::parse(res->body, nullptr, false);
+  return r;
+}
+Reply post(const TestServer& s, const std::string& path, const Json& body, httplib::Headers headers = {}) {
+  return post(s, path, body.dump(), "application/json", std::move(headers));
+}
+Reply get(const TestServer& s, const std::string& path, httplib::Headers headers = {}) {
+  auto res = s.client().Get(path.c_str(), headers);
+  Reply r;
+  if (!res) return r;
+  r.status = res->status;
+  r.body = res->body;
+  r.headers = res->headers;
+  r.json = Json::parse(res->body, nullptr, false);
+  return r;
+}
+
+// The "data:" payloads of an SSE body, "[DONE]" as a string.
+std::vector<Json> sse_events(const std::string& body) {
+  std::vector<Json> out;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string payload = body.substr(at + 6, end - at - 6);
+    out.push_back(payload == "[DONE]" ? Json("[DONE]") : Json::parse(payload, nullptr, false));
+    at = end;
+  }
+  return out;
+}
+
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// A bare TCP client: sends a request and hangs up whenever the test says so.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ADD_FAILURE() << "connect failed";
+  }
+  ~RawConnection() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  void send_request(const std::string& path, const std::string& body) {
+    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(::send(fd_, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  }
+  // Reads until `needle` has arrived (or the timeout); returns everything read so far.
+  std::string read_until(const std::string& needle, std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (received_.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      received_.append(buf, static_cast<size_t>(n));
+    }
+    return received_;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string received_;
+};
+
+const std::string kLighthouse = "Tell me about the lighthouse keeper and his cat.";
+
+Json user_chat(const std::string& text, int max_tokens) {
+  return {{"model", "tiny-a"},
+          {"messages", Json::array({{{"role", "user"}, {"content", text}}})},
+          {"max_tokens", max_tokens},
+          {"temperature", 0}};
+}
+
+// A generation that runs until its client goes away.
+Json endless(bool stream) {
+  Json j = user_chat("blocker", 1000000);
+  j["ignore_eos"] = true;
+  j["stream"] = stream;
+  return j;
+}
+
+Json reference_greedy(int i) {
+  return Json::parse(test::read_file(fixture("tiny-a") + "/reference.json"))["greedy"][i];
+}
+
+TEST(Server, ChatGreedyMatchesTheReferenceAndStreamingAgrees) {
+  TestServer s;
+  const Json g = reference_greedy(4);  // the chat-encoded lighthouse prompt
+  std::vector<int32_t> want(g["new_tokens"].begin(), g["new_tokens"].begin() + 12);
+  Reply r = post(s, "/v1/chat/completions", user_chat(kLighthouse, 12));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "chat.completion");
+  EXPECT_EQ(r.json["model"], "tiny-a");
+  EXPECT_EQ(r.json["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r.json["choices"][0]["message"]["content"], model().tokenizer.decode(want));
+  EXPECT_EQ(r.json["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], g["prompt"].size());
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(r.json["usage"]["total_tokens"], g["prompt"].size() + 12);
+
+  Json stream = user_chat(kLighthouse, 12);
+  stream["stream"] = true;
+  stream["stream_options"] = {{"include_usage", true}};
+  Reply sr = post(s, "/v1/chat/completions", stream);
+  ASSERT_EQ(sr.status, 200);
+  EXPECT_NE(sr.body.find("\n\n"), std::string::npos);
+  std::vector<Json> events = sse_events(sr.body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  int content_chunks = 0;
+  for (const Json& e : events) {
+    if (!e.is_object() || e["choices"].empty()) continue;
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    const Json& delta = e["choices"][0]["delta"];
+    if (delta.contains("content")) {
+      text += delta["content"].get<std::string>();
+      ++content_chunks;
+    }
+  }
+  EXPECT_EQ(text, r.json["choices"][0]["message"]["content"]);
+  EXPECT_GT(content_chunks, 2);  // streamed, not sent in one piece
+  const Json& finish = events[events.size() - 3];
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+  const Json& usage = events[events.size() - 2];
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+}
+
+TEST(Server, CompletionsTakeTextOrTokenIds) {
+  TestServer s;
+  const Json g = reference_greedy(2);  // a token prompt starting with BOS
+  std::vector<int32_t> want(g["new_tokens"].begin(), g["new_tokens"].begin() + 10);
+  Json body = {{"model", "tiny-a"}, {"prompt", g["prompt"]}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
+  Reply r = post(s, "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "text_completion");
+  EXPECT_EQ(r.json["choices"][0]["text"], model().tokenizer.decode(want));
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], g["prompt"].size());
+
+  body["stream"] = true;
+  Reply sr = post(s, "/v1/completions", body);
+  std::string text;
+  for (const Json& e : sse_events(sr.body))
+    if (e.is_object() && !e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, r.json["choices"][0]["text"]);
+
+  // A text prompt gets BOS in front: the same as the equivalent token prompt.
+  Json text_body = {{"model", "tiny-a"}, {"prompt", "the cat"}, {"max_tokens", 6}, {"temperature", 0}};
+  std::vector<int32_t> ids = {static_cast<int32_t>(model().engine->config().bos_token_id)};
+  for (int32_t t : model().tokenizer.encode("the cat")) ids.push_back(t);
+  Json id_body = text_body;
+  id_body["prompt"] = ids;
+  Reply a = post(s, "/v1/completions", text_body), b = post(s, "/v1/completions", id_body);
+  ASSERT_EQ(a.status, 200);
+  EXPECT_EQ(a.json["choices"][0]["text"], b.json["choices"][0]["text"]);
+  EXPECT_EQ(a.json["usage"]["prompt_tokens"], ids.size());
+}
+
+TEST(Server, SecondTurnReusesTheWholeFirstTurn) {
+  TestServer s;
+  Json first = user_chat(kLighthouse, 8);
+  first["messages"].insert(first["messages"].begin(), Json{{"role", "system"}, {"content", "Be brief."}});
+  Reply a = post(s, "/v1/chat/completions", first);
+  ASSERT_EQ(a.status, 200);
+  const int64_t p1 = a.json["usage"]["prompt_tokens"];
+  EXPECT_EQ(a.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  Json second = first;
+  second["messages"].push_back({{"role", "assistant"}, {"content", a.json["choices"][0]["message"]["content"]}});
+  second["messages"].push_back({{"role", "user"}, {"content", "And the dog?"}});
+  Reply b = post(s, "/v1/chat/completions", second);
+  ASSERT_EQ(b.status, 200);
+  // The first prompt and the whole answer come from the cache (all 8 answer tokens but the
+  // last, which the first request never fed).
+  EXPECT_EQ(b.json["usage"]["prompt_tokens_details"]["cached_tokens"], p1 + 7);
+  EXPECT_EQ(b.json["stats"]["reused_tokens"], p1 + 7);
+
+  // The same answer as a server with nothing cached gives for the same prompt.
+  TestServer fresh;
+  Reply c = post(fresh, "/v1/chat/completions", second);
+  EXPECT_EQ(c.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const std::string metrics = get(s, "/metrics").body;
+  EXPECT_NE(metrics.find("dsv4_prefix_cache_lookups_total{result=\"hit\"}"), std::string::npos);
+}
+
+TEST(Server, ThinkingAnswersComeAsReasoningContent) {
+  TestServer s;
+  Json body = user_chat(kLighthouse, 6);
+  body["reasoning_effort"] = "high";
+  Reply r = post(s, "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200);
+  const Json& msg = r.json["choices"][0]["message"];
+  ASSERT_TRUE(msg.contains("reasoning_content"));
+  // The random model does not close its thinking within 6 tokens: all of it is reasoning.
+  EXPECT_FALSE(msg["reasoning_content"].get<std::string>().empty());
+  EXPECT_EQ(msg["content"], "");
+}
+
+TEST(Server, ContextOverflowIs400ContextLengthExceeded) {
+  ServerOptions o = test_options();
+  o.scheduler.context_limit = 16;
+  TestServer s(o);
+  Reply r = post(s, "/v1/chat/completions", user_chat(kLighthouse, 4));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.json["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(r.json["error"]["param"], "messages");
+  Reply ok = post(s, "/v1/chat/completions", user_chat("Hi", 40));  // fits; stops at the limit
+  ASSERT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.json["choices"][0]["finish_reason"], "length");
+  // Positions stop at the limit; the last sampled token is returned but never fed.
+  EXPECT_LE(ok.json["usage"]["total_tokens"].get<int>(), 17);
+}
+
+struct BadRequest {
+  std::string name;
+  std::string method;
+  std::string path;
+  std::string body;
+  int status;
+  std::string param = "-";  // "-": not checked
+  std::string content_type = "application/json";
+};
+
+std::vector<BadRequest> bad_requests() {
+  const std::string chat = "/v1/chat/completions", comp = "/v1/completions";
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  auto with = [&](const std::string& extra) { return "{\"model\":\"tiny-a\"," + msgs + "," + extra + "}"; };
+  auto messages = [&](const std::string& m) { return "{\"model\":\"tiny-a\",\"messages\":" + m + "}"; };
+  auto prompt = [&](const std::string& p) { return "{\"model\":\"tiny-a\",\"prompt\":" + p + "}"; };
+  std::vector<BadRequest> v = {
+      // transport and routing
+      {"get chat", "GET", chat, "", 405},
+      {"put completions", "PUT", comp, "{}", 405},
+      {"delete models", "DELETE", "/v1/models", "", 405},
+      {"post models", "POST", "/v1/models", "{}", 405},
+      {"post health", "POST", "/health", "{}", 405},
+      {"unknown v1 route", "GET", "/v1/engines", "", 404},
+      {"unknown route", "POST", "/nope", "{}", 404},
+      {"unknown model path", "GET", "/v1/models/gpt-4", "", 404},
+      {"text/plain body", "POST", chat, with("\"max_tokens\":1"), 415, "-", "text/plain"},
+      {"form body", "POST", chat, with("\"max_tokens\":1"), 415, "-", "application/x-www-form-urlencoded"},
+      {"too large", "POST", chat, "{\"model\":\"" + std::string(2 << 20, 'a') + "\"}", 413},
+      // body
+      {"empty body", "POST", chat, "", 400},
+      {"truncated json", "POST", chat, "{", 400},
+      {"not json", "POST", chat, "hello", 400},
+      {"array body", "POST", chat, "[]", 400},
+      {"null body", "POST", chat, "null", 400},
+      {"number body", "POST", comp, "42", 400},
+      {"trailing garbage", "POST", chat, with("\"max_tokens\":1") + "x", 400},
+      {"invalid utf-8", "POST", chat, messages("[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]"), 400},
+      {"overlong utf-8", "POST", chat, messages("[{\"role\":\"user\",\"content\":\"\xc0\xaf\"}]"), 400},
+      {"truncated utf-8", "POST", comp, prompt("\"abc\xe2\x82\""), 400},
+      {"lone surrogate", "POST", chat, messages("[{\"role\":\"user\",\"content\":\"\\ud800\"}]"), 400},
+      {"deep nesting", "POST", chat, std::string(200000, '['), 400},
+      // top-level fields
+      {"missing model", "POST", chat, "{" + msgs + "}", 400, "model"},
+      {"model not a string", "POST", chat, "{\"model\":5," + msgs + "}", 400, "model"},
+      {"unknown model", "POST", chat, "{\"model\":\"gpt-4\"," + msgs + "}", 404, "model"},
+      {"missing messages", "POST", chat, "{\"model\":\"tiny-a\"}", 400, "messages"},
+      {"messages not an array", "POST", chat, messages("\"hi\""), 400, "messages"},
+      {"empty messages", "POST", chat, messages("[]"), 400, "messages"},
+      {"message not an object", "POST", chat, messages("[\"hi\"]"), 400, "messages[0]"},
+      {"message without role", "POST", chat, messages("[{\"content\":\"hi\"}]"), 400, "messages[0].role"},
+      {"role not a string", "POST", chat, messages("[{\"role\":7,\"content\":\"hi\"}]"), 400, "messages[0].role"},
+      {"unknown role", "POST", chat, messages("[{\"role\":\"wizard\",\"content\":\"hi\"}]"), 400, "messages[0].role"},
+      {"latest_reminder role", "POST", chat, messages("[{\"role\":\"latest_reminder\",\"content\":\"x\"}]"), 400,
+       "messages[0].role"},
+      {"user without content", "POST", chat, messages("[{\"role\":\"user\"}]"), 400, "messages[0].content"},
+      {"content a number", "POST", chat, messages("[{\"role\":\"user\",\"content\":5}]"), 400, "messages[0].content"},
+      {"image part", "POST", chat,
+       messages("[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]"), 400,
+       "messages[0].content[0].type"},
+      {"text part without text", "POST", chat, messages("[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]"), 400,
+       "messages[0].content[0].text"},
+      {"tool without id", "POST", chat,
+       messages("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":\"r\"}]"), 400,
+       "messages[1].tool_call_id"},
+      {"tool_calls not an array", "POST", chat,
+       messages("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"tool_calls\":{}}]"), 400,
+       "messages[1].tool_calls"},
+      {"tool call without name", "POST", chat,
+       messages("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
+                "\"function\",\"function\":{\"arguments\":\"{}\"}}]}]"),
+       400, "messages[1].tool_calls[0].function.name"},
+      {"tool call arguments not json", "POST", chat,
+       messages("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
+                "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{oops\"}}]}]"),
+       400, "messages[1].tool_calls[0].function.arguments"},
+      {"empty developer message", "POST", chat, messages("[{\"role\":\"developer\",\"content\":\"\"}]"), 400,
+       "messages[0].content"},
+      {"negative max_tokens", "POST", chat, with("\"max_tokens\":-5"), 400, "max_tokens"},
+      {"zero max_tokens", "POST", chat, with("\"max_tokens\":0"), 400, "max_tokens"},
+      {"string max_tokens", "POST", chat, with("\"max_tokens\":\"10\""), 400, "max_tokens"},
+      {"fractional max_tokens", "POST", chat, with("\"max_tokens\":1.5"), 400, "max_tokens"},
+      {"huge max_tokens", "POST", chat, with("\"max_tokens\":18446744073709551615"), 400, "max_tokens"},
+      {"negative max_completion_tokens", "POST", chat, with("\"max_completion_tokens\":-1"), 400,
+       "max_completion_tokens"},
+      {"negative temperature", "POST", chat, with("\"temperature\":-1"), 400, "temperature"},
+      {"temperature too high", "POST", chat, with("\"temperature\":3"), 400, "temperature"},
+      {"temperature a string", "POST", chat, with("\"temperature\":\"hot\""), 400, "temperature"},
+      {"top_p zero", "POST", chat, with("\"top_p\":0"), 400, "top_p"},
+      {"top_p above one", "POST", chat, with("\"top_p\":1.5"), 400, "top_p"},
+      {"seed a string", "POST", chat, with("\"seed\":\"x\""), 400, "seed"},
+      {"seed fractional", "POST", chat, with("\"seed\":1.5"), 400, "seed"},
+      {"stop a number", "POST", chat, with("\"stop\":5"), 400, "stop"},
+      {"five stop strings", "POST", chat, with("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), 400, "stop"},
+      {"empty stop string", "POST", chat, with("\"stop\":[\"\"]"), 400, "stop[0]"},
+      {"stop entry a number", "POST", chat, with("\"stop\":[\"a\",1]"), 400, "stop[1]"},
+      {"stream a string", "POST", chat, with("\"stream\":\"yes\""), 400, "stream"},
+      {"stream_options without stream", "POST", chat, with("\"stream_options\":{\"include_usage\":true}"), 400,
+       "stream_options"},
+      {"include_usage a string", "POST", chat, with("\"stream\":true,\"stream_options\":{\"include_usage\":\"y\"}"), 400,
+       "stream_options.include_usage"},
+      {"n = 2", "POST", chat, with("\"n\":2"), 400, "n"},
+      {"logprobs", "POST", chat, with("\"logprobs\":true"), 400, "logprobs"},
+      {"frequency_penalty", "POST", chat, with("\"frequency_penalty\":0.5"), 400, "frequency_penalty"},
+      {"json response_format", "POST", chat, with("\"response_format\":{\"type\":\"json_object\"}"), 400,
+       "response_format.type"},
+      {"tools not an array", "POST", chat, with("\"tools\":{}"), 400, "tools"},
+      {"tool without function", "POST", chat, with("\"tools\":[{\"type\":\"function\"}]"), 400, "tools[0].function"},
+      {"tool name with spaces", "POST", chat, with("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]"),
+       400, "tools[0].function.name"},
+      {"tool of another type", "POST", chat, with("\"tools\":[{\"type\":\"retrieval\"}]"), 400, "tools[0].type"},
+      {"tool_choice required", "POST", chat, with("\"tool_choice\":\"required\""), 400, "tool_choice"},
+      {"tool_choice a number", "POST", chat, with("\"tool_choice\":5"), 400, "tool_choice"},
+      {"unknown reasoning_effort", "POST", chat, with("\"reasoning_effort\":\"extreme\""), 400, "reasoning_effort"},
+      {"thinking a string", "POST", chat, with("\"thinking\":\"yes\""), 400, "thinking"},
+      {"chat_template_kwargs.thinking a string", "POST", chat, with("\"chat_template_kwargs\":{\"thinking\":\"y\"}"), 400,
+       "chat_template_kwargs.thinking"},
+      {"ignore_eos a number", "POST", chat, with("\"ignore_eos\":1"), 400, "ignore_eos"},
+      // completions
+      {"missing prompt", "POST", comp, "{\"model\":\"tiny-a\"}", 400, "prompt"},
+      {"prompt a number", "POST", comp, prompt("5"), 400, "prompt"},
+      {"empty prompt array", "POST", comp, prompt("[]"), 400, "prompt"},
+      {"negative token id", "POST", comp, prompt("[-1]"), 400, "prompt[0]"},
+      {"token id beyond the vocabulary", "POST", comp, prompt("[1, 999999]"), 400, "prompt[1]"},
+      {"two prompts", "POST", comp, prompt("[\"a\",\"b\"]"), 400, "prompt"},
+      {"mixed token array", "POST", comp, prompt("[1,\"a\"]"), 400, "prompt[1]"},
+      {"echo", "POST", comp, "{\"model\":\"tiny-a\",\"prompt\":\"a\",\"echo\":true}", 400, "echo"},
+      {"best_of 2", "POST", comp, "{\"model\":\"tiny-a\",\"prompt\":\"a\",\"best_of\":2}", 400, "best_of"},
+  };
+  std::string many = "[";
+  for (int i = 0; i < 5000; ++i) many += std::string(i ? "," : "") + "{\"role\":\"user\",\"content\":\"x\"}";
+  v.push_back({"too many messages", "POST", chat, messages(many + "]"), 400, "messages"});
+  return v;
+}
+
+TEST(Server, MalformedRequestsGetTheRight4xxAndTheServerKeepsServing) {
+  TestServer s;
+  const std::vector<BadRequest> cases = bad_requests();
+  ASSERT_GE(cases.size(), 50u);
+  for (const BadRequest& c : cases) {
+    httplib::Client cli = s.client();
+    httplib::Result res = c.method == "GET"    ? cli.Get(c.path.c_str())
+                          : c.method == "PUT"  ? cli.Put(c.path.c_str(), c.body, c.content_type.c_str())
+                          : c.method == "DELETE" ? cli.Delete(c.path.c_str())
+                                                 : cli.Post(c.path.c_str(), c.body, c.content_type.c_str());
+    ASSERT_TRUE(res) << c.name << ": no response";
+    EXPECT_EQ(res->status, c.status) << c.name << ": " << res->body;
+    const Json j = Json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << c.name << ": " << res->body;
+    EXPECT_TRUE(j["error"]["message"].is_string() && !j["error"]["message"].get<std::string>().empty()) << c.name;
+    EXPECT_TRUE(j["error"]["type"].is_string()) << c.name;
+    EXPECT_TRUE(j["error"].contains("param") && j["error"].contains("code")) << c.name;
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json") << c.name;
+    if (c.param != "-") {
+      EXPECT_EQ(j["error"]["param"], c.param) << c.name << ": " << res->body;
+    }
+    if (c.status == 405) {
+      EXPECT_FALSE(res->get_header_value("Allow").empty()) << c.name;
+    }
+  }
+  // Still serving, and every refusal was counted.
+  Reply ok = post(s, "/v1/chat/completions", user_chat("Hi", 2));
+  EXPECT_EQ(ok.status, 200);
+  const std::string metrics = get(s, "/metrics").body;
+  EXPECT_NE(metrics.find("dsv4_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("dsv4_requests_total{endpoint=\"/v1/chat/completions\",status=\"413\"} 1"), std::string::npos);
+}
+
+TEST(Server, ApiKeyIsRequiredOnTheApiButNotOnHealthOrThePage) {
+  ServerOptions o = test_options();
+  o.api_key = "sekret";
+  TestServer s(o);
+  Reply none = post(s, "/v1/chat/completions", user_chat("Hi", 1));
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(none.json["error"]["code"], "invalid_api_key");
+  Reply wrong = post(s, "/v1/chat/completions", user_chat("Hi", 1), {{"Authorization", "Bearer sekreT"}});
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(get(s, "/v1/models").status, 401);
+  EXPECT_EQ(get(s, "/metrics").status, 401);
+  EXPECT_EQ(post(s, "/v1/chat/completions", user_chat("Hi", 1), {{"Authorization", "Bearer sekret"}}).status, 200);
+  EXPECT_EQ(get(s, "/v1/models", {{"Authorization", "Bearer sekret"}}).json["data"][0]["id"], "tiny-a");
+  EXPECT_EQ(get(s, "/health").status, 200);
+  EXPECT_EQ(get(s, "/").status, 200);
+}
+
+TEST(Server, LoopbackServerRefusesForeignHostHeaders) {
+  TestServer s;
+  EXPECT_EQ(get(s, "/health", {{"Host", "evil.example:8080"}}).status, 403);
+  EXPECT_EQ(get(s, "/health", {{"Host", "localhost:1234"}}).status, 200);
+  EXPECT_EQ(get(s, "/health", {{"Host", "[::1]:1234"}}).status, 200);
+  EXPECT_TRUE(is_loopback_host("127.0.0.1"));
+  EXPECT_TRUE(is_loopback_host("127.3.2.1"));
+  EXPECT_TRUE(is_loopback_host("::1"));
+  EXPECT_FALSE(is_loopback_host("0.0.0.0"));
+  EXPECT_FALSE(is_loopback_host("192.168.1.2"));
+  EXPECT_EQ(exposure_warning("127.0.0.1", false), "");
+  EXPECT_EQ(exposure_warning("0.0.0.0", true), "");
+  EXPECT_NE(exposure_warning("0.0.0.0", false).find("without an API key"), std::string::npos);
+  EXPECT_NE(exposure_warning("::", false), "");
+}
+
+TEST(Scheduler, AnEngineErrorFailsTheJobAndTheWorkerCarriesOn) {
+  Metrics metrics;
+  Scheduler sched(*model().engine, model().tokenizer, metrics, SchedulerOptions{});
+  JobInput bad;
+  bad.prompt = {1, 2, 1 << 30};  // past the vocabulary: the engine refuses it mid-prefill
+  bad.generation.max_tokens = 2;
+  auto job = sched.submit(std::move(bad)).job;
+  ASSERT_TRUE(job);
+  std::string text;
+  while (!job->wait(100ms, text)) {
+  }
+  EXPECT_EQ(job->outcome().status, JobOutcome::Status::kFailed);
+  EXPECT_FALSE(job->outcome().error.empty());
+
+  JobInput good;
+  good.prompt = {1, 2, 3};
+  good.generation.max_tokens = 3;
+  good.generation.sampling.temperature = 0;
+  job = sched.submit(std::move(good)).job;
+  while (!job->wait(100ms, text)) {
+  }
+  EXPECT_EQ(job->outcome().status, JobOutcome::Status::kDone);
+  EXPECT_EQ(job->outcome().result.tokens.size(), 3u);
+}
+
+TEST(Server, ModelsHealthMetricsAndThePage) {
+  TestServer s;
+  Reply models = get(s, "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.json["object"], "list");
+  EXPECT_EQ(models.json["data"][0]["id"], "tiny-a");
+  EXPECT_EQ(get(s, "/v1/models/tiny-a").json["id"], "tiny-a");
+  Reply health = get(s, "/health");
+  EXPECT_EQ(health.json["status"], "ok");
+  EXPECT_EQ(health.json["running"], false);
+  ASSERT_EQ(post(s, "/v1/chat/completions", user_chat("Hi", 3)).status, 200);
+  auto metrics = s.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->get_header_value("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u);
+  for (const char* needle : {"dsv4_requests_total{endpoint=\"/health\",status=\"200\"} 1", "dsv4_generated_tokens_total 3",
+                             "dsv4_time_to_first_token_seconds_count 1", "dsv4_decode_tokens_per_second_count 1",
+                             "dsv4_expert_requests_total ", "dsv4_expert_bytes_read_total 0", "dsv4_queue_depth 0"})
+    EXPECT_NE(metrics->body.find(needle), std::string::npos) << needle << "\n" << metrics->body;
+
+  auto page = s.client().Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(page->body.find("<html"), std::string::npos);
+  for (const WebAsset& a : web_assets()) {
+    auto r = s.client().Get(std::string(a.path).c_str());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << a.path;
+    EXPECT_EQ(r->body, a.body) << a.path;
+  }
+}
+
+TEST(Server, EngineErrorIs500AndTheServerKeepsServing) {
+  ServerOptions o = test_options();
+  o.defaults.vocab_size = 1 << 30;  // let an out-of-vocabulary id through to the engine
+  TestServer s(o);
+  Json body = {{"model", "tiny-a"}, {"prompt", Json::array({1, 2, 100000})}, {"max_tokens", 2}};
+  Reply r = post(s, "/v1/completions", body);
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.json["error"]["type"], "server_error");
+  body["stream"] = true;  // after the 200 headers, the error comes as an event
+  Reply sr = post(s, "/v1/completions", body);
+  EXPECT_EQ(sr.status, 200);
+  std::vector<Json> events = sse_events(sr.body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["error"]["type"], "server_error");
+  EXPECT_EQ(post(s, "/v1/chat/completions", user_chat("Hi", 2)).status, 200);
+  EXPECT_NE(get(s, "/metrics").body.find("dsv4_requests_total{endpoint=\"/v1/completions\",status=\"500\"} 1"),
+            std::string::npos);
+}
+
+TEST(Server, SecondServerOnTheSamePortFails) {
+  TestServer s;
+  ServerOptions o = test_options();
+  o.port = s.port();
+  Server second(*model().engine, model().tokenizer, o);
+  EXPECT_THROW(second.bind(), Error);
+}
+
+TEST(Server, FullQueueGets429WithRetryAfterAndQueuedRequestsStillComplete) {
+  ServerOptions o = test_options();
+  o.scheduler.max_queue = 1;
+  TestServer s(o);
+  Scheduler& sched = s.server().scheduler();
+  RawConnection blocker(s.port());
+  blocker.send_request("/v1/chat/completions", endless(true).dump());
+  ASSERT_TRUE(wait_until([&] { return sched.gauges().running; }, 30s));
+  RawConnection queued(s.port());
+  queued.send_request("/v1/chat/completions", user_chat("Hi", 3).dump());
+  ASSERT_TRUE(wait_until([&] { return sched.gauges().queue_depth == 1; }, 30s));
+
+  Reply refused = post(s, "/v1/chat/completions", user_chat("Hi", 3));
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(refused.json["error"]["code"], "queue_full");
+  int retry_after = 0;
+  for (const auto& [k, v] : refused.headers)
+    if (k == "Retry-After") retry_after = std::stoi(v);
+  EXPECT_GE(retry_after, 1);
+  EXPECT_NE(get(s, "/metrics").body.find("dsv4_rejected_requests_total 1\n"), std::string::npos);
+
+  blocker.close();  // the running generation is cancelled; the queued one runs
+  const std::string answer = queued.read_until("\"finish_reason\"");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_TRUE(wait_until([&] { return !sched.gauges().running; }, 30s));
+}
+
+TEST(Server, DisconnectCancelsARunningStreamWithinASecond) {
+  TestServer s;
+  Scheduler& sched = s.server().scheduler();
+  RawConnection c(s.port());
+  c.send_request("/v1/chat/completions", endless(true).dump());
+  ASSERT_NE(c.read_until("\"content\":\"").find("text/event-stream"), std::string::npos);
+  ASSERT_TRUE(sched.gauges().running);
+  c.close();
+  EXPECT_TRUE(wait_until([&] { return !sched.gauges().running; }, 1s));
+}
+
+TEST(Server, DisconnectCancelsARunningNonStreamingRequestWithinASecond) {
+  TestServer s;
+  Scheduler& sched = s.server().scheduler();
+  RawConnection c(s.port());
+  c.send_request("/v1/completions", Json{{"model", "tiny-a"}, {"prompt", "x"}, {"max_tokens", 1000000}, {"ignore_eos", true}}.dump());
+  ASSERT_TRUE(wait_until([&] { return sched.gauges().running; }, 30s));
+  std::this_thread::sleep_for(200ms);  // well into the decode
+  c.close();
+  EXPECT_TRUE(wait_until([&] { return !sched.gauges().running; }, 1s));
+  EXPECT_EQ(post(s, "/v1/chat/completions", user_chat("Hi", 2)).status, 200);
+}
+
+TEST(Server, DisconnectDropsAQueuedRequest) {
+  TestServer s;
+  Scheduler& sched = s.server().scheduler();
+  RawConnection blocker(s.port());
+  blocker.send_request("/v1/chat/completions", endless(true).dump());
+  ASSERT_TRUE(wait_until([&] { return sched.gauges().running; }, 30s));
+  {
+    RawConnection waiting(s.port());
+    waiting.send_request("/v1/chat/completions", endless(false).dump());
+    ASSERT_TRUE(wait_until([&] { return sched.gauges().queue_depth == 1; }, 30s));
+  }
+  EXPECT_TRUE(wait_until([&] { return sched.gauges().queue_depth == 0; }, 1s));
+  EXPECT_TRUE(sched.gauges().running);  // the blocker is untouched
+  blocker.close();
+  EXPECT_TRUE(wait_until([&] { return !sched.gauges().running; }, 1s));
+}
+
+TEST(Server, StopEndsStreamsAndWaitingRequests) {
+  auto s = std::make_unique<TestServer>();
+  RawConnection running(s->port()), waiting(s->port());
+  running.send_request("/v1/chat/completions", endless(true).dump());
+  ASSERT_TRUE(wait_until([&] { return s->server().scheduler().gauges().running; }, 30s));
+  waiting.send_request("/v1/chat/completions", endless(false).dump());
+  ASSERT_TRUE(wait_until([&] { return s->server().scheduler().gauges().queue_depth == 1; }, 30s));
+  const auto start = std::chrono::steady_clock::now();
+  s.reset();  // stop() and join
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_NE(waiting.read_until("shutting_down", 1s).find("503"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dsv4::server
