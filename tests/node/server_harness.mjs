@@ -29,11 +29,12 @@ export function binaryFromArgs() {
   return binary;
 }
 
-export async function startServer(binary, extraArgs = []) {
+export async function startServer(binary, extraArgs = [], env = {}) {
   const args = ["serve", "-m", FIXTURE, "--numerics", "reference", "--threads", "1", "--host", "127.0.0.1", "--port", "0",
     ...extraArgs];
   const child = spawn("timeout", ["--kill-after=5", String(LIFETIME_S), binary, ...args], {
     stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
   });
   running.add(child);
   let stdout = "";

@@ -23,7 +23,8 @@ let profile;
 let page;
 
 before(async () => {
-  server = await startServer(binary);
+  // 15 ms per token: the tiny model would otherwise finish before the page has drawn a frame.
+  server = await startServer(binary, [], { DSV4_TEST_TOKEN_DELAY_MS: "15" });
   profile = mkdtempSync(join(tmpdir(), "dsv4-chromium-"));
   // A fresh profile directory per run (playwright passes it as --user-data-dir).
   browser = await chromium.launchPersistentContext(profile, {

@@ -38,6 +38,7 @@ const std::vector<Setting>& all_settings() {
       {"max_body_mb", "--max-body-mb", "DSV4_MAX_BODY_MB", "int", "16", "serve: largest request body in MiB (larger: 413)"},
       {"demo_dir", "", "DSV4_DEMO_DIR", "path", "~/.cache/dsv4/demo", "where the built-in demo model is created"},
       {"kernels", "", "DSV4_KERNELS", "string", "auto", "force a kernel path: scalar, avx2 or avx512"},
+      {"test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", "int", "0", "test hook: serve pauses this long after each token"},
       {"test_tmp", "", "DSV4_TEST_TMP", "path", "", "scratch directory for the test suite"},
       {"tok_oracle_seed", "", "DSV4_TOK_ORACLE_SEED", "int", "1", "test suite: seed of the tokenizer oracle's generated strings"},
       {"v3_tokenizer", "", "DSV4_V3_TOKENIZER", "path", "tests/node/node_modules/...", "tokenizer benchmark: the DeepSeek-V3 tokenizer.json to load"},

@@ -1,7 +1,9 @@
 #include "dsv4/server/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "dsv4/util/error.h"
 
@@ -184,7 +186,10 @@ void Scheduler::run(Job& job) {
 
     // Stage 2: the rest of the prompt and the answer.
     text::IncrementalDecoder decoder(tokenizer_);
-    cb.detokenize = [&](int32_t id) { return decoder.push(id); };
+    cb.detokenize = [&](int32_t id) {
+      if (options_.token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.token_delay_ms));
+      return decoder.push(id);
+    };
     cb.flush = [&] { return decoder.finish(); };
     cb.on_text = [&](const std::string& t) {
       std::lock_guard lock(job.mu_);

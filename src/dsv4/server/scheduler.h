@@ -36,6 +36,9 @@ struct SchedulerOptions {
   uint64_t cache_bytes = uint64_t{1} << 30;
   int64_t context_limit = 0;             // 0: the model's max_position_embeddings
   int64_t chunk = 0;                     // prefill chunk (0: the generator's default)
+  // Test hook (DSV4_TEST_TOKEN_DELAY_MS): pause after each generated token, so browser tests
+  // can watch an answer stream and stop it even though a tiny model decodes in microseconds.
+  int token_delay_ms = 0;
 };
 
 struct JobInput {
