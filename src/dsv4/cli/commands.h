@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "dsv4/tools/synth.h"
+
 namespace dsv4::cli {
 
 struct InspectOptions {
@@ -21,6 +23,9 @@ struct ModelOptions {
   std::string dir;
   std::string numerics = "fast";  // reference | fast
   int threads = 0;
+  std::string ram;  // --ram: "" = default share of available memory, "min", "12G", ...
+  std::string io = "auto";  // --io: auto | uring | threads (expert reads)
+  bool quiet_stats = false;
 };
 
 struct ScoreOptions {
@@ -40,5 +45,16 @@ struct GenerateOptions {
   int64_t chunk = 0;
 };
 int generate(const GenerateOptions& o);
+
+}  // namespace dsv4::cli
+
+namespace dsv4::cli {
+
+struct SynthCliOptions {
+  SynthOptions options;
+  bool demo = false;
+  bool quiet = false;
+};
+int synth(const SynthCliOptions& o);
 
 }  // namespace dsv4::cli

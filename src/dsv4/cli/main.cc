@@ -21,6 +21,11 @@ int main(int argc, char** argv) {
     cmd->add_option("--numerics", m.numerics, "reference (float32 activations) or fast (quantized activations)")
         ->check(CLI::IsMember({"reference", "fast"}));
     cmd->add_option("--threads", m.threads, "compute threads (0 = all CPUs)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--ram", m.ram,
+                    "memory budget for the whole process: 512M, 24G, 1.5G, or min (default: 80% of available "
+                    "memory); routed experts beyond it stream from the SSD");
+    cmd->add_option("--io", m.io, "expert reads: auto (io_uring, else threads), uring, threads")
+        ->check(CLI::IsMember({"auto", "uring", "threads"}));
   };
 
   dsv4::cli::ScoreOptions score;
@@ -39,6 +44,37 @@ int main(int argc, char** argv) {
   gen_cmd->add_flag("--print-ids", gen.print_ids, "print the generated ids comma-separated");
   gen_cmd->add_option("--chunk", gen.chunk, "prefill chunk size (0 = whole prompt)")->check(CLI::Range(0, 1 << 30));
 
+  // dsv4 synth: synthetic checkpoints in the official format (real geometry by default).
+  dsv4::cli::SynthCliOptions synth;
+  auto* synth_cmd = app.add_subcommand("synth", "write a synthetic checkpoint (random weights, official format)");
+  {
+    dsv4::SynthOptions& s = synth.options;
+    synth_cmd->add_option("--out", s.out, "output directory")->required();
+    synth_cmd->add_flag("--demo", synth.demo, "the small deterministic demo model with a tokenizer (~90 MB)");
+    synth_cmd->add_option("--layers", s.layers, "main layers")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--experts", s.experts, "routed experts per layer")->check(CLI::Range(1, 4096));
+    synth_cmd->add_option("--experts-per-token", s.experts_per_token, "top-k")->check(CLI::Range(1, 4096));
+    synth_cmd->add_option("--hidden", s.hidden, "hidden size")->check(CLI::Range(64, 65536));
+    synth_cmd->add_option("--moe-inter", s.moe_inter, "expert intermediate size")->check(CLI::Range(64, 65536));
+    synth_cmd->add_option("--heads", s.heads, "attention heads")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--head-dim", s.head_dim, "attention head dim")->check(CLI::Range(4, 4096));
+    synth_cmd->add_option("--rope-dim", s.rope_dim, "rotary dims per head")->check(CLI::Range(2, 4096));
+    synth_cmd->add_option("--q-lora", s.q_lora, "query low rank")->check(CLI::Range(1, 65536));
+    synth_cmd->add_option("--o-groups", s.o_groups, "output projection groups")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--o-lora", s.o_lora, "output projection rank")->check(CLI::Range(1, 65536));
+    synth_cmd->add_option("--index-heads", s.index_heads, "indexer heads")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--index-head-dim", s.index_head_dim, "indexer head dim")->check(CLI::Range(2, 4096));
+    synth_cmd->add_option("--index-topk", s.index_topk, "indexer top-k")->check(CLI::Range(1, 1 << 20));
+    synth_cmd->add_option("--vocab", s.vocab, "vocabulary size")->check(CLI::Range(16, 16'000'000));
+    synth_cmd->add_option("--hash-layers", s.hash_layers, "hash-routed layers (default: 3 of 43, scaled)")
+        ->check(CLI::Range(0, 1024));
+    synth_cmd->add_option("--mtp", s.mtp_layers, "MTP layers (the real checkpoint has 1)")->check(CLI::Range(0, 16));
+    synth_cmd->add_option("--shard-size", s.shard_bytes, "bytes per shard (approximate)")
+        ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 40));
+    synth_cmd->add_option("--seed", s.seed, "random seed");
+    synth_cmd->add_flag("--quiet", synth.quiet, "no progress on stderr");
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -48,6 +84,7 @@ int main(int argc, char** argv) {
     if (*inspect_cmd) return dsv4::cli::inspect(inspect);
     if (*score_cmd) return dsv4::cli::score(score);
     if (*gen_cmd) return dsv4::cli::generate(gen);
+    if (*synth_cmd) return dsv4::cli::synth(synth);
   } catch (const dsv4::Error& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());
     return 1;

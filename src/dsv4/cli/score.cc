@@ -10,6 +10,7 @@
 #include "dsv4/model/engine.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
+#include "dsv4/util/memory.h"
 
 namespace dsv4::cli {
 namespace {
@@ -43,18 +44,30 @@ std::vector<int32_t> parse_token_list(const std::string& text, const std::string
   return ids;
 }
 
-std::unique_ptr<Engine> open_engine(const ModelOptions& m) {
+std::unique_ptr<Engine> open_engine(const ModelOptions& m, const WorkloadShape& workload) {
   EngineOptions eo;
   eo.numerics = parse_numerics(m.numerics);
   eo.threads = m.threads;
+  eo.ram = m.ram;
+  eo.workload = workload;
+  eo.store.backend = parse_io_backend(m.io);
   return Engine::open(m.dir, eo);
+}
+
+void print_stats(Engine& engine, const ModelOptions& m) {
+  if (m.quiet_stats) return;
+  std::fprintf(stderr, "%s\n", stats_line(engine.experts().stats(), peak_rss_bytes()).c_str());
 }
 
 }  // namespace
 
 int score(const ScoreOptions& o) {
   std::vector<int32_t> tokens = parse_token_list(read_small_file(o.tokens_file, 256 << 20), o.tokens_file);
-  auto engine = open_engine(o.model);
+  WorkloadShape workload;
+  workload.context_tokens = static_cast<int64_t>(tokens.size());
+  workload.chunk_tokens = o.chunk > 0 ? o.chunk : workload.context_tokens;
+  workload.logit_rows = workload.context_tokens;
+  auto engine = open_engine(o.model, workload);
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(tokens.size() * static_cast<size_t>(V));
   SessionState s = engine->new_session();
@@ -68,6 +81,7 @@ int score(const ScoreOptions& o) {
     if (!f) fail("{}: write failed", o.logits_out);
   }
   if (std::rename(tmp.c_str(), o.logits_out.c_str()) != 0) fail("{}: cannot rename from {}", o.logits_out, tmp);
+  print_stats(*engine, o.model);
   return 0;
 }
 
@@ -75,7 +89,10 @@ int generate(const GenerateOptions& o) {
   if (!o.greedy) fail("generate: only --greedy is supported here; use dsv4 run for sampling");
   if (o.n < 0) fail("-n must be >= 0");
   std::vector<int32_t> prompt = parse_token_list(o.tokens, "--tokens");
-  auto engine = open_engine(o.model);
+  WorkloadShape workload;
+  workload.context_tokens = static_cast<int64_t>(prompt.size()) + o.n;
+  workload.chunk_tokens = o.chunk > 0 ? o.chunk : static_cast<int64_t>(prompt.size());
+  auto engine = open_engine(o.model, workload);
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
   SessionState s = engine->new_session();
@@ -91,6 +108,8 @@ int generate(const GenerateOptions& o) {
   std::string line;
   for (size_t i = 0; i < out.size(); ++i) line += (i ? "," : "") + std::to_string(out[i]);
   std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  print_stats(*engine, o.model);
   return 0;
 }
 
