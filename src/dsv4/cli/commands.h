@@ -58,3 +58,20 @@ struct SynthCliOptions {
 int synth(const SynthCliOptions& o);
 
 }  // namespace dsv4::cli
+
+namespace dsv4::cli {
+
+// dsv4 bench -m DIR (the model benchmark; `dsv4 bench kernels` is the kernel one).
+struct BenchModelOptions {
+  ModelOptions model;
+  int64_t prompt_tokens = 64;
+  int64_t gen_tokens = 16;
+  int64_t chunk = 0;
+  uint64_t seed = 1;
+  uint64_t probe_bytes = 2ull << 30;  // bytes of shard read to measure the SSD
+  bool no_predict = false;
+  bool json = false;
+};
+int bench_model(const BenchModelOptions& o);
+
+}  // namespace dsv4::cli

@@ -75,6 +75,30 @@ int main(int argc, char** argv) {
     synth_cmd->add_flag("--quiet", synth.quiet, "no progress on stderr");
   }
 
+  // dsv4 bench -m DIR: end-to-end model benchmark under a RAM budget. (`dsv4 bench kernels`
+  // is a second mode of the same subcommand, selected by the optional positional.)
+  dsv4::cli::BenchModelOptions bench;
+  std::string bench_mode;
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: -m DIR (model under a RAM budget)");
+  {
+    auto& m = bench.model;
+    bench_cmd->add_option("mode", bench_mode, "what to benchmark (default: the model given by -m)");
+    bench_cmd->add_option("-m,--model", m.dir, "checkpoint directory");
+    bench_cmd->add_option("--numerics", m.numerics, "reference or fast")->check(CLI::IsMember({"reference", "fast"}));
+    bench_cmd->add_option("--threads", m.threads, "compute threads (0 = all CPUs)")->check(CLI::Range(0, 1024));
+    bench_cmd->add_option("--ram", m.ram, "memory budget: 512M, 24G, 1.5G, or min (default: 80% of available)");
+    bench_cmd->add_option("--io", m.io, "expert reads: auto, uring, threads")
+        ->check(CLI::IsMember({"auto", "uring", "threads"}));
+    bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 24));
+    bench_cmd->add_option("--gen-tokens", bench.gen_tokens, "tokens to decode")->check(CLI::Range(1, 1 << 24));
+    bench_cmd->add_option("--chunk", bench.chunk, "prefill chunk size (0 = whole prompt)")->check(CLI::Range(0, 1 << 30));
+    bench_cmd->add_option("--seed", bench.seed, "prompt seed");
+    bench_cmd->add_option("--ssd-probe-bytes", bench.probe_bytes, "bytes of shard read to measure the SSD")
+        ->check(CLI::Range(uint64_t{4} << 20, uint64_t{1} << 40));
+    bench_cmd->add_flag("--no-lookahead", bench.no_predict, "disable the next-layer expert prediction");
+    bench_cmd->add_flag("--json", bench.json, "print one JSON object");
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -85,6 +109,11 @@ int main(int argc, char** argv) {
     if (*score_cmd) return dsv4::cli::score(score);
     if (*gen_cmd) return dsv4::cli::generate(gen);
     if (*synth_cmd) return dsv4::cli::synth(synth);
+    if (*bench_cmd) {
+      if (!bench_mode.empty()) throw dsv4::Error("bench: unknown mode \"" + bench_mode + "\" (use -m DIR)");
+      if (bench.model.dir.empty()) throw dsv4::Error("bench: -m DIR is required");
+      return dsv4::cli::bench_model(bench);
+    }
   } catch (const dsv4::Error& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());
     return 1;

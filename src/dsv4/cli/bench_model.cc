@@ -1,0 +1,179 @@
+// dsv4 bench -m DIR: end-to-end speed of one model under a RAM budget — load time, time to
+// first token, prefill and decode speed, expert cache hit rate and bytes read per token —
+// next to the SSD's own O_DIRECT bandwidth measured in the same run, so the decode time can
+// be compared with its I/O lower bound.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dsv4/cli/commands.h"
+#include "dsv4/experts/ssd_probe.h"
+#include "dsv4/model/engine.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/memory.h"
+
+namespace dsv4::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+nlohmann::ordered_json stats_json(const ExpertStats& s) {
+  return {{"requests", s.requests},         {"hits", s.hits},
+          {"misses", s.misses},             {"reads", s.reads},
+          {"bytes_read", s.bytes_read},     {"demand_reads", s.demand_reads},
+          {"predicted_reads", s.predicted_reads}, {"predicted_unused", s.predicted_unused},
+          {"stalls", s.stalls},             {"read_seconds", s.read_seconds},
+          {"blocked_seconds", s.blocked_seconds}, {"read_gbps", s.read_gbps()}};
+}
+
+}  // namespace
+
+int bench_model(const BenchModelOptions& o) {
+  if (o.prompt_tokens < 1) fail("--prompt-tokens must be at least 1");
+  if (o.gen_tokens < 1) fail("--gen-tokens must be at least 1");
+  Checkpoint probe_ck = Checkpoint::open(o.model.dir);
+  std::vector<std::string> shard_paths;
+  for (const auto& s : probe_ck.shards()) shard_paths.push_back(s->path());
+  const int64_t V = probe_ck.config().vocab_size;
+
+  // The device first, cold: drop the shards from the page cache and read a large span.
+  const IoBackend backend = parse_io_backend(o.model.io);
+  const SsdProbeResult ssd_before = probe_direct_read(shard_paths, o.probe_bytes, 4, backend, 0.25);
+
+  EngineOptions eo;
+  eo.numerics = o.model.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
+  eo.threads = o.model.threads;
+  eo.ram = o.model.ram;
+  eo.workload.context_tokens = o.prompt_tokens + o.gen_tokens;
+  eo.workload.chunk_tokens = o.chunk > 0 ? o.chunk : o.prompt_tokens;
+  eo.store.backend = backend;
+  eo.store.predict = !o.no_predict;
+  eo.print_plan = !o.json;
+  drop_page_cache(shard_paths);
+  auto t0 = std::chrono::steady_clock::now();
+  auto engine = Engine::open(o.model.dir, eo);
+  const double load_s = seconds_since(t0);
+  ExpertProvider& experts = engine->experts();
+
+  // A fixed pseudo-random prompt (the same for every budget, so runs are comparable).
+  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
+  uint64_t x = 0x243F6A8885A308D3ull ^ o.seed;
+  for (int32_t& t : prompt) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    t = static_cast<int32_t>(x % static_cast<uint64_t>(V));
+  }
+  SessionState session = engine->new_session();
+  std::vector<float> logits(static_cast<size_t>(V));
+  const ExpertStats s0 = experts.stats();
+  t0 = std::chrono::steady_clock::now();
+  engine->forward(session, prompt, logits.data(), /*all_positions=*/false, o.chunk);
+  int32_t next = argmax(logits);
+  const double ttft_s = seconds_since(t0);
+  const ExpertStats s1 = experts.stats();
+
+  std::vector<double> step_s;
+  std::vector<int32_t> generated{next};
+  for (int64_t i = 0; i < o.gen_tokens; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    engine->forward(session, std::span<const int32_t>(&next, 1), logits.data(), false);
+    next = argmax(logits);
+    step_s.push_back(seconds_since(t0));
+    generated.push_back(next);
+  }
+  const ExpertStats s2 = experts.stats();
+  const uint64_t peak_rss = peak_rss_bytes();
+  const SsdProbeResult ssd_after = probe_direct_read(shard_paths, o.probe_bytes, 4, backend, 0.75);
+
+  const ExpertStats prefill = s1 - s0, decode = s2 - s1;
+  double decode_total = 0;
+  for (double s : step_s) decode_total += s;
+  const double G = static_cast<double>(o.gen_tokens);
+  const double decode_s_per_token = decode_total / G;
+  const double ssd_gbps = 0.5 * (ssd_before.gbps() + ssd_after.gbps());
+  const double bytes_per_token = double(decode.bytes_read) / G;
+  const double io_bound_s = ssd_gbps > 0 ? bytes_per_token / (ssd_gbps * 1e9) : 0.0;
+  const auto& plan = engine->memory_plan();
+  const bool all_resident = !plan || plan->all_resident;
+  const double blocked_per_token = decode.blocked_seconds / G;
+  const double compute_per_token = decode_s_per_token - blocked_per_token;
+  const double floor_s = std::max(io_bound_s, all_resident ? decode_s_per_token : compute_per_token);
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["load_s"] = load_s;
+    j["ttft_s"] = ttft_s;
+    j["prefill_tok_s"] = double(o.prompt_tokens) / ttft_s;
+    j["decode_tok_s"] = G / decode_total;
+    j["hit_rate"] = decode.hit_rate();
+    j["bytes_read_per_token"] = bytes_per_token;
+    j["ssd_gbps_measured"] = ssd_gbps;
+    j["io_bound_s_per_token"] = io_bound_s;
+    j["resident_s_per_token"] = all_resident ? nlohmann::ordered_json(decode_s_per_token) : nlohmann::ordered_json();
+    j["decode_s_per_token"] = decode_s_per_token;
+    j["peak_rss_bytes"] = peak_rss;
+    nlohmann::ordered_json d;
+    d["model"] = o.model.dir;
+    d["prompt_tokens"] = o.prompt_tokens;
+    d["gen_tokens"] = o.gen_tokens;
+    d["threads"] = engine->threads();
+    d["kernels"] = kernels::active_path();
+    if (plan) {
+      d["plan"] = plan->summary();
+      d["budget_bytes"] = plan->budget;
+      d["expert_slots"] = plan->all_resident ? plan->total_experts : plan->slots;
+      d["total_experts"] = plan->total_experts;
+    }
+    d["lookahead"] = !o.no_predict;
+    d["decode_s_per_token_median"] = median(step_s);
+    d["decode_blocked_s_per_token"] = blocked_per_token;
+    d["decode_compute_s_per_token"] = compute_per_token;
+    d["decode_vs_floor"] = floor_s > 0 ? decode_s_per_token / floor_s : 0.0;
+    d["decode_vs_io_bound"] = io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0;
+    d["achieved_read_gbps"] = decode.read_gbps();
+    d["ssd_probe_gbps"] = {ssd_before.gbps(), ssd_after.gbps()};
+    d["ssd_probe_direct"] = ssd_before.direct && ssd_after.direct;
+    d["prefill_stats"] = stats_json(prefill);
+    d["decode_stats"] = stats_json(decode);
+    d["generated"] = generated;
+    j["details"] = d;
+    std::puts(j.dump(2).c_str());
+    return 0;
+  }
+  fmt::print("model        {} ({} threads, kernels {})\n", o.model.dir, engine->threads(), kernels::active_path());
+  fmt::print("ssd          {:.2f} GB/s O_DIRECT ({:.2f} before, {:.2f} after{})\n", ssd_gbps, ssd_before.gbps(),
+             ssd_after.gbps(), ssd_before.direct ? "" : "; buffered: O_DIRECT refused");
+  fmt::print("load         {:.2f} s\n", load_s);
+  fmt::print("prefill      {} tokens, TTFT {:.2f} s, {:.2f} tok/s, {:.1f}% hits, {:.2f} GB read\n", o.prompt_tokens,
+             ttft_s, double(o.prompt_tokens) / ttft_s, 100 * prefill.hit_rate(), prefill.bytes_read / 1e9);
+  fmt::print("decode       {} tokens, {:.3f} s/token (median {:.3f}), {:.2f} tok/s\n", o.gen_tokens,
+             decode_s_per_token, median(step_s), G / decode_total);
+  fmt::print("experts      {:.1f}% hits, {:.1f} MB read/token at {:.2f} GB/s achieved, {:.3f} s/token blocked on I/O, "
+             "{} predicted reads ({} unused), {} read on demand\n",
+             100 * decode.hit_rate(), bytes_per_token / 1e6, decode.read_gbps(), blocked_per_token,
+             decode.predicted_reads, decode.predicted_unused, decode.demand_reads);
+  fmt::print("i/o bound    {:.3f} s/token (bytes read / SSD bandwidth); decode / i/o bound = {:.2f}\n", io_bound_s,
+             io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0);
+  fmt::print("compute      {:.3f} s/token (decode minus time blocked on I/O){}\n", compute_per_token,
+             all_resident ? "; every expert resident" : "");
+  fmt::print("peak RSS     {}\n", format_bytes(peak_rss));
+  return 0;
+}
+
+}  // namespace dsv4::cli
