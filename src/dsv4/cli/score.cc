@@ -62,6 +62,7 @@ void print_stats(Engine& engine, const ModelOptions& m) {
 }  // namespace
 
 int score(const ScoreOptions& o) {
+  parse_ram(o.model.ram);  // a bad --ram fails before any work
   std::vector<int32_t> tokens = parse_token_list(read_small_file(o.tokens_file, 256 << 20), o.tokens_file);
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(tokens.size());
@@ -88,6 +89,7 @@ int score(const ScoreOptions& o) {
 int generate(const GenerateOptions& o) {
   if (!o.greedy) fail("generate: only --greedy is supported here; use dsv4 run for sampling");
   if (o.n < 0) fail("-n must be >= 0");
+  parse_ram(o.model.ram);
   std::vector<int32_t> prompt = parse_token_list(o.tokens, "--tokens");
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(prompt.size()) + o.n;

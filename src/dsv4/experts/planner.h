@@ -51,7 +51,7 @@ struct MemoryPlan {
 };
 
 // Fixed allowance for the process itself (code, libraries, allocator slack, thread stacks).
-inline constexpr uint64_t kProcessOverheadBytes = 96ull << 20;
+inline constexpr uint64_t kProcessOverheadBytes = 64ull << 20;
 
 // Throws Error naming --ram and the minimum when the budget is below one token's working
 // set (dense + min_slots expert slots + reserve).

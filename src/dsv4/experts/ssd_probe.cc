@@ -26,33 +26,29 @@ SsdProbeResult probe_direct_read(const std::vector<std::string>& files, uint64_t
   struct Target {
     File buffered, direct;
     const std::string* path;
-    uint64_t size;
+  };
+  struct Block {
+    size_t target;
+    uint64_t offset, length;
   };
   std::vector<Target> targets;
-  uint64_t total = 0;
+  std::vector<Block> all;
   SsdProbeResult result;
   for (const std::string& path : files) {
-    Target t{File::open_read(path), File::open_direct(path), &path, 0};
-    t.size = t.buffered.size() / kBlock * kBlock;  // whole blocks only
+    Target t{File::open_read(path), File::open_direct(path), &path};
+    const uint64_t size = t.buffered.size() / kDirectAlign * kDirectAlign;  // O_DIRECT needs whole pages
     if (!t.direct.valid()) result.direct = false;
-    total += t.size;
-    if (t.size > 0) targets.push_back(std::move(t));
+    for (uint64_t off = 0; off < size; off += kBlock) all.push_back({targets.size(), off, std::min(kBlock, size - off)});
+    targets.push_back(std::move(t));
   }
-  if (total == 0) fail("ssd probe: the files hold no complete 4 MiB block");
-  const uint64_t want = std::min(max_bytes / kBlock * kBlock, total);
-
-  // Blocks in order, starting skip_fraction into the concatenated files.
-  std::vector<std::pair<size_t, uint64_t>> blocks;  // (target, offset)
-  uint64_t start = static_cast<uint64_t>(skip_fraction * double(total)) / kBlock * kBlock;
-  for (uint64_t pos = start; blocks.size() * kBlock < want; pos = (pos + kBlock) % total) {
-    uint64_t p = pos;
-    for (size_t i = 0; i < targets.size(); ++i) {
-      if (p < targets[i].size) {
-        blocks.emplace_back(i, p);
-        break;
-      }
-      p -= targets[i].size;
-    }
+  if (all.empty()) fail("ssd probe: the checkpoint files are too small to measure");
+  // Blocks in file order, starting skip_fraction into the set and wrapping around.
+  std::vector<Block> blocks;
+  uint64_t planned = 0;
+  const size_t first = std::min(all.size() - 1, static_cast<size_t>(skip_fraction * double(all.size())));
+  for (size_t i = 0; i < all.size() && planned < max_bytes; ++i) {
+    blocks.push_back(all[(first + i) % all.size()]);
+    planned += blocks.back().length;
   }
 
   AlignedBuffer buffers(static_cast<size_t>(depth) * kBlock);
@@ -62,13 +58,14 @@ SsdProbeResult probe_direct_read(const std::vector<std::string>& files, uint64_t
   std::string error;
   std::unique_ptr<ReadQueue> queue;
   auto submit = [&](size_t slot) {  // called with `mutex` held
-    const auto [t, offset] = blocks[next++];
+    const Block b = blocks[next++];
+    const Target& t = targets[b.target];
     ReadOp op;
-    op.fd = targets[t].direct.valid() ? targets[t].direct.fd() : targets[t].buffered.fd();
-    op.buffered_fd = targets[t].buffered.fd();
-    op.path = targets[t].path;
-    op.offset = offset;
-    op.length = op.needed = kBlock;
+    op.fd = t.direct.valid() ? t.direct.fd() : t.buffered.fd();
+    op.buffered_fd = t.buffered.fd();
+    op.path = t.path;
+    op.offset = b.offset;
+    op.length = op.needed = b.length;
     op.dst = buffers.data() + slot * kBlock;
     queue->submit(slot, {op});
   };
@@ -92,7 +89,7 @@ SsdProbeResult probe_direct_read(const std::vector<std::string>& files, uint64_t
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   queue.reset();
   if (!error.empty()) throw Error(error);
-  result.bytes = blocks.size() * kBlock;
+  result.bytes = planned;
   drop_page_cache(files);
   return result;
 }
