@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv4/cli/commands.h"
+#include "dsv4/experts/expert_trace.h"
 #include "dsv4/experts/ssd_probe.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/util/error.h"
@@ -60,15 +61,18 @@ int bench_model(const BenchModelOptions& o) {
   EngineOptions eo;
   eo.numerics = o.model.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
   eo.threads = o.model.threads;
-  eo.ram = o.model.ram;
   eo.workload.context_tokens = o.prompt_tokens + o.gen_tokens;
   eo.workload.chunk_tokens = o.chunk > 0 ? o.chunk : o.prompt_tokens;
   eo.store.backend = backend;
   eo.store.predict = !o.no_predict;
-  eo.print_plan = !o.json;
   drop_page_cache(shard_paths);
   auto t0 = std::chrono::steady_clock::now();
-  auto engine = Engine::open(o.model.dir, eo);
+  // The bench plans itself so it can record the expert requests (for --replay).
+  const MemoryPlan plan = plan_memory(probe_ck, parse_ram(o.model.ram), eo.workload);
+  if (!o.json) std::fprintf(stderr, "%s\n", plan.summary().c_str());
+  auto tracing_owner = std::make_unique<TracingProvider>(make_planned_provider(probe_ck, plan, eo.store));
+  TracingProvider* tracing = tracing_owner.get();
+  auto engine = Engine::open(o.model.dir, eo, std::move(tracing_owner));
   const double load_s = seconds_since(t0);
   ExpertProvider& experts = engine->experts();
 
@@ -87,6 +91,7 @@ int bench_model(const BenchModelOptions& o) {
   int32_t next = argmax(logits);
   const double ttft_s = seconds_since(t0);
   const ExpertStats s1 = experts.stats();
+  tracing->mark_token_end();
 
   std::vector<double> step_s;
   std::vector<int32_t> generated{next};
@@ -96,6 +101,7 @@ int bench_model(const BenchModelOptions& o) {
     next = argmax(logits);
     step_s.push_back(seconds_since(t0));
     generated.push_back(next);
+    tracing->mark_token_end();
   }
   const ExpertStats s2 = experts.stats();
   const uint64_t peak_rss = peak_rss_bytes();
@@ -109,11 +115,39 @@ int bench_model(const BenchModelOptions& o) {
   const double ssd_gbps = 0.5 * (ssd_before.gbps() + ssd_after.gbps());
   const double bytes_per_token = double(decode.bytes_read) / G;
   const double io_bound_s = ssd_gbps > 0 ? bytes_per_token / (ssd_gbps * 1e9) : 0.0;
-  const auto& plan = engine->memory_plan();
-  const bool all_resident = !plan || plan->all_resident;
+  const bool all_resident = plan.all_resident;
   const double blocked_per_token = decode.blocked_seconds / G;
   const double compute_per_token = decode_s_per_token - blocked_per_token;
   const double floor_s = std::max(io_bound_s, all_resident ? decode_s_per_token : compute_per_token);
+
+  // Policies on the recorded trace (decode tokens only), and the replay at other compute speeds.
+  const std::vector<ExpertEvent>& trace = tracing->events();
+  nlohmann::ordered_json policies, replays = nlohmann::ordered_json::array();
+  if (!all_resident) {
+    for (const char* p : {"lru", "lfu", "opt"})
+      policies[p] = simulate_hit_rate(trace, probe_ck.config().n_routed_experts, plan.slots, p, 1);
+  }
+  if (o.replay && !all_resident) {
+    ExpertStoreOptions so = eo.store;
+    so.slots = plan.slots;
+    const int L = probe_ck.config().num_layers, K = probe_ck.config().n_experts_per_token;
+    for (double scale : o.replay_scales) {
+      ComputeModel cm{o.replay_compute.layer_dense_s * scale, o.replay_compute.expert_s * scale,
+                      o.replay_compute.head_s * scale};
+      drop_page_cache(shard_paths);
+      const ReplayResult r = replay_trace(probe_ck, trace, so, cm, 1);
+      const double per_token = r.seconds / r.tokens;
+      const double io = double(r.stats.bytes_read) / r.tokens / (ssd_gbps * 1e9);
+      const double comp = cm.per_token(L, K);
+      replays.push_back({{"compute_scale", scale},
+                         {"compute_s_per_token", comp},
+                         {"io_bound_s_per_token", io},
+                         {"s_per_token", per_token},
+                         {"blocked_s_per_token", r.stats.blocked_seconds / r.tokens},
+                         {"hit_rate", r.stats.hit_rate()},
+                         {"ratio_to_max", per_token / std::max(io, comp)}});
+    }
+  }
 
   if (o.json) {
     nlohmann::ordered_json j;
@@ -134,12 +168,10 @@ int bench_model(const BenchModelOptions& o) {
     d["gen_tokens"] = o.gen_tokens;
     d["threads"] = engine->threads();
     d["kernels"] = kernels::active_path();
-    if (plan) {
-      d["plan"] = plan->summary();
-      d["budget_bytes"] = plan->budget;
-      d["expert_slots"] = plan->all_resident ? plan->total_experts : plan->slots;
-      d["total_experts"] = plan->total_experts;
-    }
+    d["plan"] = plan.summary();
+    d["budget_bytes"] = plan.budget;
+    d["expert_slots"] = plan.slots;
+    d["total_experts"] = plan.total_experts;
     d["lookahead"] = !o.no_predict;
     d["decode_s_per_token_median"] = median(step_s);
     d["decode_blocked_s_per_token"] = blocked_per_token;
@@ -151,6 +183,8 @@ int bench_model(const BenchModelOptions& o) {
     d["ssd_probe_direct"] = ssd_before.direct && ssd_after.direct;
     d["prefill_stats"] = stats_json(prefill);
     d["decode_stats"] = stats_json(decode);
+    d["policy_hit_rates"] = policies;
+    d["replay"] = replays;
     d["generated"] = generated;
     j["details"] = d;
     std::puts(j.dump(2).c_str());
@@ -173,6 +207,15 @@ int bench_model(const BenchModelOptions& o) {
   fmt::print("compute      {:.3f} s/token (decode minus time blocked on I/O){}\n", compute_per_token,
              all_resident ? "; every expert resident" : "");
   fmt::print("peak RSS     {}\n", format_bytes(peak_rss));
+  if (!policies.empty())
+    fmt::print("policies     decode hit rate with {} slots: LRU {:.3f}, LFU {:.3f}, optimal (Belady) {:.3f}\n",
+               plan.slots, policies["lru"].get<double>(), policies["lfu"].get<double>(), policies["opt"].get<double>());
+  for (const auto& r : replays)
+    fmt::print("replay       compute x{:<4} {:.3f} s/token compute, {:.3f} s/token i/o bound -> {:.3f} s/token "
+               "({:.2f} x max), {:.3f} s/token blocked\n",
+               r["compute_scale"].get<double>(), r["compute_s_per_token"].get<double>(),
+               r["io_bound_s_per_token"].get<double>(), r["s_per_token"].get<double>(),
+               r["ratio_to_max"].get<double>(), r["blocked_s_per_token"].get<double>());
   return 0;
 }
 

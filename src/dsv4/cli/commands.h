@@ -3,7 +3,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "dsv4/experts/expert_trace.h"
 #include "dsv4/tools/synth.h"
 
 namespace dsv4::cli {
@@ -71,6 +73,11 @@ struct BenchModelOptions {
   uint64_t probe_bytes = 2ull << 30;  // bytes of shard read to measure the SSD
   bool no_predict = false;
   bool json = false;
+  // --replay: replay the recorded expert requests against a fresh store with a synthetic
+  // compute model (per-layer dense, per-expert, head seconds) scaled by each factor.
+  bool replay = false;
+  ComputeModel replay_compute{0.0094, 0.0009, 0.030};
+  std::vector<double> replay_scales{0, 0.5, 1, 2, 4};
 };
 int bench_model(const BenchModelOptions& o);
 

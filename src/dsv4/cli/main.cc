@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(uint64_t{4} << 20, uint64_t{1} << 40));
     bench_cmd->add_flag("--no-lookahead", bench.no_predict, "disable the next-layer expert prediction");
     bench_cmd->add_flag("--json", bench.json, "print one JSON object");
+    bench_cmd->add_flag("--replay", bench.replay,
+                        "replay the recorded expert requests with a synthetic compute model at several speeds");
   }
 
   try {

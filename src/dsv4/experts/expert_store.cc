@@ -67,7 +67,7 @@ ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options
 }
 
 ExpertStore::~ExpertStore() {
-  queue_.reset();  // waits for reads in flight: they write into the slots
+  queue_->stop();  // waits for reads in flight (they write into the slots); the queue stays valid meanwhile
 }
 
 void ExpertStore::note_buffered(const std::string& path) {
@@ -103,7 +103,12 @@ int ExpertStore::find_victim(bool allow_reserved) const {
   return best;
 }
 
-void ExpertStore::start_read(int v, int32_t k, Origin origin) {
+void ExpertStore::submit(Submissions& out) {
+  for (Submission& s : out) queue_->submit(s.slot, std::move(s.ops));
+  out.clear();
+}
+
+void ExpertStore::start_read(int v, int32_t k, Origin origin, Submissions& out) {
   Slot& s = slots_[v];
   if (s.key >= 0) slot_of_[s.key] = -1;
   if (s.unused_prediction) {
@@ -142,10 +147,10 @@ void ExpertStore::start_read(int v, int32_t k, Origin origin) {
   }
   s.weights = expert_views(config_, base, plan.part_offsets);
   if (loading_++ == 0) busy_since_ = now_seconds();
-  queue_->submit(static_cast<uint64_t>(v), std::move(ops));
+  out.push_back({static_cast<uint64_t>(v), std::move(ops)});
 }
 
-void ExpertStore::pump() {
+void ExpertStore::pump(Submissions& out) {
   // Needed experts first, in the order they will be acquired. Only queue_depth reads are
   // handed to the queue at a time, so a later, more urgent request never waits behind a
   // long list of queued guesses.
@@ -158,7 +163,7 @@ void ExpertStore::pump() {
     const int v = find_victim(false);
     if (v < 0) break;
     want_needed_.pop_front();
-    start_read(v, k, Origin::kPrefetch);
+    start_read(v, k, Origin::kPrefetch, out);
     slots_[v].reserved_epoch = epoch_;
   }
   if (!want_needed_.empty()) return;
@@ -173,12 +178,13 @@ void ExpertStore::pump() {
     const int v = find_victim(false);
     if (v < 0) break;
     want_predicted_.pop_front();
-    start_read(v, k, Origin::kPredict);
+    start_read(v, k, Origin::kPredict, out);
   }
 }
 
 void ExpertStore::on_read_done(uint64_t v, const ReadOutcome& outcome) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Submissions out;
+  std::unique_lock<std::mutex> lock(mutex_);
   if (--loading_ == 0) stats_.read_seconds += now_seconds() - busy_since_;
   for (int shard : outcome.refused_direct) {
     shards_[shard].use_direct = false;
@@ -195,12 +201,15 @@ void ExpertStore::on_read_done(uint64_t v, const ReadOutcome& outcome) {
     s.state = State::kFailed;
     s.error = outcome.error;
   }
-  pump();
+  pump(out);
+  lock.unlock();
   ready_.notify_all();
+  submit(out);
 }
 
 void ExpertStore::prefetch(int layer, std::span<const int> experts) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Submissions out;
+  std::unique_lock<std::mutex> lock(mutex_);
   ++epoch_;  // reservations of the previous prefetch end here
   want_needed_.clear();
   for (int e : experts) {
@@ -212,18 +221,23 @@ void ExpertStore::prefetch(int layer, std::span<const int> experts) {
       want_needed_.push_back(k);
     }
   }
-  pump();
+  pump(out);
+  lock.unlock();
+  submit(out);
 }
 
 void ExpertStore::predict(int layer, std::span<const int> experts) {
   if (!options_.predict) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  Submissions out;
+  std::unique_lock<std::mutex> lock(mutex_);
   want_predicted_.clear();
   for (int e : experts) {
     check_key(layer, e);
     if (slot_of_[key(layer, e)] < 0) want_predicted_.push_back(key(layer, e));
   }
-  pump();
+  pump(out);
+  lock.unlock();
+  submit(out);
 }
 
 const ExpertWeights& ExpertStore::acquire(int layer, int expert) {
@@ -244,10 +258,15 @@ const ExpertWeights& ExpertStore::acquire(int layer, int expert) {
                               slots_.size(), expert, layer);
       ready_.wait(lock);  // a read in flight will free up a slot
     }
-    start_read(v, k, Origin::kDemand);
+    Submissions out;
+    start_read(v, k, Origin::kDemand, out);
+    slots_[v].reserved_epoch = epoch_;  // protect it from the read queue's pump while we wait
+    lock.unlock();
+    submit(out);
+    lock.lock();
   }
   Slot& s = slots_[v];
-  s.reserved_epoch = epoch_;  // protect it from the read queue's pump while we wait
+  s.reserved_epoch = epoch_;
   if (s.state == State::kLoading) {
     ++stats_.stalls;
     const double t0 = now_seconds();
@@ -284,13 +303,16 @@ const ExpertWeights& ExpertStore::acquire(int layer, int expert) {
 
 void ExpertStore::release(int layer, int expert) {
   check_key(layer, expert);
-  std::lock_guard<std::mutex> lock(mutex_);
+  Submissions out;
+  std::unique_lock<std::mutex> lock(mutex_);
   const int v = slot_of_[key(layer, expert)];
   if (v < 0 || slots_[v].pins == 0) fail("expert store: release of expert {} of layer {}, which is not acquired", expert, layer);
   Slot& s = slots_[v];
   --s.pins;
   s.last_use = ++clock_;
-  pump();
+  pump(out);
+  lock.unlock();
+  submit(out);
 }
 
 ExpertStats ExpertStore::stats() const {

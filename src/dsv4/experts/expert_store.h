@@ -96,8 +96,16 @@ class ExpertStore final : public ExpertProvider {
   bool reserved(const Slot& s) const { return s.reserved_epoch == epoch_; }
   bool evictable(const Slot& s, bool allow_reserved) const;
   int find_victim(bool allow_reserved) const;
-  void start_read(int slot, int32_t key, Origin origin);
-  void pump();  // issues queued reads while slots are available
+  // Reads are prepared under the mutex and handed to the queue after it is released, so
+  // the I/O thread never holds the cache lock across a syscall.
+  struct Submission {
+    uint64_t slot;
+    std::vector<ReadOp> ops;
+  };
+  using Submissions = std::vector<Submission>;
+  void start_read(int slot, int32_t key, Origin origin, Submissions& out);
+  void pump(Submissions& out);  // prepares queued reads while slots are available
+  void submit(Submissions& out);
   void on_read_done(uint64_t slot, const ReadOutcome& outcome);
   void check_key(int layer, int expert) const;
   void note_buffered(const std::string& path);

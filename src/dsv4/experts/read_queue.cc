@@ -47,17 +47,20 @@ class ThreadReadQueue final : public ReadQueue {
   ThreadReadQueue(int threads, Done done) : done_(std::move(done)) {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
-  ~ThreadReadQueue() override {
+  ~ThreadReadQueue() override { stop(); }
+  void stop() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
     }
     wake_.notify_all();
-    for (auto& t : workers_) t.join();
+    for (auto& t : workers_)
+      if (t.joinable()) t.join();
   }
   void submit(uint64_t tag, std::vector<ReadOp> ops) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return;
       queue_.push_back(Job{tag, std::move(ops), {}});
     }
     wake_.notify_one();
@@ -129,20 +132,23 @@ class UringReadQueue final : public ReadQueue {
     return q;
   }
   ~UringReadQueue() override {
-    if (thread_.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stop_ = true;
-      }
-      poke();
-      thread_.join();
-    }
+    stop();
     if (wake_fd_ >= 0) ::close(wake_fd_);
     if (ring_ready_) io_uring_queue_exit(&ring_);
+  }
+  void stop() override {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    poke();
+    thread_.join();
   }
   void submit(uint64_t tag, std::vector<ReadOp> ops) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return;
       incoming_.push_back(std::make_unique<Job>(Job{tag, std::move(ops), {}}));
     }
     poke();

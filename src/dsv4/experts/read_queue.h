@@ -34,6 +34,10 @@ class ReadQueue {
   virtual ~ReadQueue() = default;
   // Queues a job (all its ops); `done` runs once every op finished. Never blocks on I/O.
   virtual void submit(uint64_t tag, std::vector<ReadOp> ops) = 0;
+  // Waits for the reads in flight, drops queued jobs and joins the queue's threads. Jobs
+  // submitted afterwards (e.g. from a completion callback) are ignored. Idempotent; the
+  // destructor calls it.
+  virtual void stop() = 0;
   virtual const char* name() const = 0;
 };
 
