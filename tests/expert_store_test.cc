@@ -6,7 +6,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -16,6 +18,7 @@
 #include "dsv4/experts/expert_layout.h"
 #include "dsv4/experts/expert_store.h"
 #include "dsv4/experts/planner.h"
+#include "dsv4/experts/read_queue.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
 #include "dsv4/model/engine.h"
@@ -326,6 +329,46 @@ TEST(ExpertStore, ReadErrorNamesTheShard) {
         break;
       }
     }
+  }
+}
+
+// A direct read the kernel refuses (EINVAL: here a misaligned buffer) is retried through
+// the page cache and reported, so the store can say so once and switch that shard over.
+TEST(ReadQueue, FallsBackToBufferedWhenDirectIsRefused) {
+  const std::string path = Checkpoint::open(fixture("tiny-a")).shards()[0]->path();
+  File buffered = File::open_read(path);
+  File direct = File::open_direct(path);
+  if (!direct.valid()) GTEST_SKIP() << "no O_DIRECT on this filesystem";
+  std::vector<uint8_t> want(8192);
+  buffered.read_exact(want.data(), want.size(), 4096);
+  for (bool uring : {true, false}) {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    ReadOutcome got;
+    auto on_done = [&](uint64_t, const ReadOutcome& o) {
+      std::lock_guard<std::mutex> lock(mutex);
+      got = o;
+      done = true;
+      cv.notify_all();
+    };
+    std::unique_ptr<ReadQueue> q = uring ? make_uring_read_queue(2, on_done) : make_thread_read_queue(2, on_done);
+    ASSERT_NE(q, nullptr);
+    AlignedBuffer buffer(3 * 4096);
+    ReadOp op;
+    op.fd = direct.fd();
+    op.buffered_fd = buffered.fd();
+    op.shard = 7;
+    op.path = &path;
+    op.offset = 4096;
+    op.length = op.needed = 8192;
+    op.dst = buffer.data() + 1;  // misaligned: O_DIRECT says EINVAL
+    q->submit(1, {op});
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return done; });
+    EXPECT_EQ(got.error, "") << q->name();
+    ASSERT_EQ(got.refused_direct, std::vector<int>{7}) << q->name();
+    EXPECT_EQ(std::memcmp(buffer.data() + 1, want.data(), want.size()), 0) << q->name();
   }
 }
 

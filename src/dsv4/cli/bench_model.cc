@@ -44,6 +44,104 @@ nlohmann::ordered_json stats_json(const ExpertStats& s) {
           {"blocked_seconds", s.blocked_seconds}, {"read_gbps", s.read_gbps()}};
 }
 
+struct ReplayReport {
+  nlohmann::ordered_json policies, replays, variants;
+};
+
+// Hit rates of cache policies on the trace's decode tokens (token 0 is the prefill).
+nlohmann::ordered_json policy_report(const Checkpoint& ck, const MemoryPlan& plan,
+                                     const std::vector<ExpertEvent>& trace) {
+  nlohmann::ordered_json policies = nlohmann::ordered_json::object();
+  if (plan.all_resident) return policies;
+  for (const char* p : {"lru", "lfu", "opt"})
+    policies[p] = simulate_hit_rate(trace, ck.config().n_routed_experts, plan.slots, p, 1);
+  return policies;
+}
+
+// The recorded requests replayed against fresh stores with a synthetic compute model: at
+// several compute speeds, and at the nominal speed with each read queue and lookahead policy.
+ReplayReport replay_report(const BenchModelOptions& o, const Checkpoint& ck, const MemoryPlan& plan,
+                           const std::vector<ExpertEvent>& trace, double ssd_gbps, ExpertStoreOptions so) {
+  ReplayReport rep;
+  rep.policies = policy_report(ck, plan, trace);
+  rep.replays = nlohmann::ordered_json::array();
+  rep.variants = nlohmann::ordered_json::array();
+  std::vector<std::string> shard_paths;
+  for (const auto& s : ck.shards()) shard_paths.push_back(s->path());
+  so.slots = plan.slots;
+  const int L = ck.config().num_layers, K = ck.config().n_experts_per_token;
+  auto run = [&](const std::vector<ExpertEvent>& events, const ExpertStoreOptions& opts, const ComputeModel& cm) {
+    drop_page_cache(shard_paths);
+    const ReplayResult r = replay_trace(ck, events, opts, cm, 1);
+    const double per_token = r.seconds / r.tokens;
+    const double io = double(r.stats.bytes_read) / r.tokens / (ssd_gbps * 1e9);
+    const double comp = cm.per_token(L, K);
+    return nlohmann::ordered_json{{"compute_s_per_token", comp},
+                                  {"io_bound_s_per_token", io},
+                                  {"s_per_token", per_token},
+                                  {"blocked_s_per_token", r.stats.blocked_seconds / r.tokens},
+                                  {"hit_rate", r.stats.hit_rate()},
+                                  {"bytes_read_per_token", double(r.stats.bytes_read) / r.tokens},
+                                  {"predicted_reads", r.stats.predicted_reads},
+                                  {"predicted_unused", r.stats.predicted_unused},
+                                  {"read_gbps", r.stats.read_gbps()},
+                                  {"ratio_to_max", per_token / std::max(io, comp)}};
+  };
+  for (double scale : o.replay_scales) {
+    const ComputeModel cm{o.replay_compute.layer_dense_s * scale, o.replay_compute.expert_s * scale,
+                          o.replay_compute.head_s * scale};
+    nlohmann::ordered_json r = run(trace, so, cm);
+    r["compute_scale"] = scale;
+    rep.replays.push_back(r);
+  }
+  std::vector<ExpertEvent> no_guess;
+  for (const ExpertEvent& e : trace)
+    if (e.kind != ExpertEvent::Kind::kPredict) no_guess.push_back(e);
+  struct Variant {
+    const char* name;
+    IoBackend io;
+    int guesses;  // -1 eager, 0 none, n idle-only with n in flight
+  };
+  for (double scale : {1.0, 2.0}) {
+    for (const Variant& v : {Variant{"io_uring, no lookahead", IoBackend::kUring, 0},
+                             Variant{"io_uring, lookahead idle-only x1", IoBackend::kUring, 1},
+                             Variant{"io_uring, lookahead idle-only x2", IoBackend::kUring, 2},
+                             Variant{"io_uring, lookahead eager", IoBackend::kUring, -1},
+                             Variant{"threads, no lookahead", IoBackend::kThreads, 0},
+                             Variant{"threads, lookahead idle-only x1", IoBackend::kThreads, 1}}) {
+      ExpertStoreOptions vo = so;
+      vo.backend = v.io;
+      vo.max_predicted_in_flight = v.guesses;
+      const ComputeModel cm{o.replay_compute.layer_dense_s * scale, o.replay_compute.expert_s * scale,
+                            o.replay_compute.head_s * scale};
+      nlohmann::ordered_json r = run(v.guesses == 0 ? no_guess : trace, vo, cm);
+      r["variant"] = v.name;
+      r["compute_scale"] = scale;
+      rep.variants.push_back(r);
+    }
+  }
+  return rep;
+}
+
+void print_replay(const MemoryPlan& plan, const ReplayReport& rr) {
+  const auto& policies = rr.policies;
+  if (!policies.empty())
+    fmt::print("policies     decode hit rate with {} slots: LRU {:.3f}, LFU {:.3f}, optimal (Belady) {:.3f}\n",
+               plan.slots, policies["lru"].get<double>(), policies["lfu"].get<double>(), policies["opt"].get<double>());
+  for (const auto& r : rr.replays)
+    fmt::print("replay       compute x{:<4} {:.3f} s/token compute, {:.3f} s/token i/o bound -> {:.3f} s/token "
+               "({:.2f} x max), {:.3f} s/token blocked\n",
+               r["compute_scale"].get<double>(), r["compute_s_per_token"].get<double>(),
+               r["io_bound_s_per_token"].get<double>(), r["s_per_token"].get<double>(),
+               r["ratio_to_max"].get<double>(), r["blocked_s_per_token"].get<double>());
+  for (const auto& r : rr.variants)
+    fmt::print("variant x{:<3} {:<34} {:.3f} s/token ({:.2f} x max), {:.3f} blocked, {:.0f} MB/token, hit {:.3f}, "
+               "{:.2f} GB/s\n",
+               r["compute_scale"].get<double>(), r["variant"].get<std::string>(), r["s_per_token"].get<double>(),
+               r["ratio_to_max"].get<double>(), r["blocked_s_per_token"].get<double>(),
+               r["bytes_read_per_token"].get<double>() / 1e6, r["hit_rate"].get<double>(), r["read_gbps"].get<double>());
+}
+
 }  // namespace
 
 int bench_model(const BenchModelOptions& o) {
@@ -53,24 +151,50 @@ int bench_model(const BenchModelOptions& o) {
   std::vector<std::string> shard_paths;
   for (const auto& s : probe_ck.shards()) shard_paths.push_back(s->path());
   const int64_t V = probe_ck.config().vocab_size;
-
-  // The device first, cold: drop the shards from the page cache and read a large span.
   const IoBackend backend = parse_io_backend(o.model.io);
-  const SsdProbeResult ssd_before = probe_direct_read(shard_paths, o.probe_bytes, 4, backend, 0.25);
+  WorkloadShape workload;
+  workload.context_tokens = o.prompt_tokens + o.gen_tokens;
+  workload.chunk_tokens = o.chunk > 0 ? o.chunk : o.prompt_tokens;
+  const MemoryPlan plan = plan_memory(probe_ck, parse_ram(o.model.ram), workload);
+  ExpertStoreOptions store;
+  store.backend = backend;
+  store.predict = !o.no_predict;
 
+  // The device, cold: drop the shards from the page cache and read a large span, in 4 MiB
+  // reads and in expert-sized (16 MiB) reads, 4 in flight as the store reads; the better of
+  // the two is the device's bandwidth.
+  auto probe = [&](double where) {
+    const SsdProbeResult a = probe_direct_read(shard_paths, o.probe_bytes / 2, 4, backend, where, 4ull << 20);
+    const SsdProbeResult b = probe_direct_read(shard_paths, o.probe_bytes / 2, 4, backend, where + 0.1, 16ull << 20);
+    return a.gbps() >= b.gbps() ? a : b;
+  };
+
+  if (!o.trace_in.empty()) {
+    // Replay only: no forward pass; the requests come from an earlier run's --trace-out.
+    const double gbps = probe(0.2).gbps();
+    const ReplayReport rr = replay_report(o, probe_ck, plan, load_trace(o.trace_in), gbps, store);
+    if (o.json) {
+      nlohmann::ordered_json j{{"ssd_gbps_measured", gbps}, {"plan", plan.summary()}, {"policy_hit_rates", rr.policies},
+                               {"replay", rr.replays}, {"replay_variants", rr.variants}};
+      std::puts(j.dump(2).c_str());
+    } else {
+      fmt::print("{}\nssd          {:.2f} GB/s O_DIRECT\n", plan.summary(), gbps);
+      print_replay(plan, rr);
+    }
+    return 0;
+  }
+
+  const SsdProbeResult ssd_before = probe(0.2);
   EngineOptions eo;
   eo.numerics = o.model.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
   eo.threads = o.model.threads;
-  eo.workload.context_tokens = o.prompt_tokens + o.gen_tokens;
-  eo.workload.chunk_tokens = o.chunk > 0 ? o.chunk : o.prompt_tokens;
-  eo.store.backend = backend;
-  eo.store.predict = !o.no_predict;
+  eo.workload = workload;
+  eo.store = store;
   drop_page_cache(shard_paths);
   auto t0 = std::chrono::steady_clock::now();
-  // The bench plans itself so it can record the expert requests (for --replay).
-  const MemoryPlan plan = plan_memory(probe_ck, parse_ram(o.model.ram), eo.workload);
+  // The bench makes the planned provider itself so it can record the expert requests.
   if (!o.json) std::fprintf(stderr, "%s\n", plan.summary().c_str());
-  auto tracing_owner = std::make_unique<TracingProvider>(make_planned_provider(probe_ck, plan, eo.store));
+  auto tracing_owner = std::make_unique<TracingProvider>(make_planned_provider(probe_ck, plan, store));
   TracingProvider* tracing = tracing_owner.get();
   auto engine = Engine::open(o.model.dir, eo, std::move(tracing_owner));
   const double load_s = seconds_since(t0);
@@ -105,7 +229,7 @@ int bench_model(const BenchModelOptions& o) {
   }
   const ExpertStats s2 = experts.stats();
   const uint64_t peak_rss = peak_rss_bytes();
-  const SsdProbeResult ssd_after = probe_direct_read(shard_paths, o.probe_bytes, 4, backend, 0.75);
+  const SsdProbeResult ssd_after = probe(0.6);
 
   const ExpertStats prefill = s1 - s0, decode = s2 - s1;
   double decode_total = 0;
@@ -120,33 +244,12 @@ int bench_model(const BenchModelOptions& o) {
   const double compute_per_token = decode_s_per_token - blocked_per_token;
   const double floor_s = std::max(io_bound_s, all_resident ? decode_s_per_token : compute_per_token);
 
-  // Policies on the recorded trace (decode tokens only), and the replay at other compute speeds.
-  const std::vector<ExpertEvent>& trace = tracing->events();
-  nlohmann::ordered_json policies, replays = nlohmann::ordered_json::array();
-  if (!all_resident) {
-    for (const char* p : {"lru", "lfu", "opt"})
-      policies[p] = simulate_hit_rate(trace, probe_ck.config().n_routed_experts, plan.slots, p, 1);
-  }
+  if (!o.trace_out.empty()) save_trace(o.trace_out, tracing->events());
+  ReplayReport rr;
   if (o.replay && !all_resident) {
-    ExpertStoreOptions so = eo.store;
-    so.slots = plan.slots;
-    const int L = probe_ck.config().num_layers, K = probe_ck.config().n_experts_per_token;
-    for (double scale : o.replay_scales) {
-      ComputeModel cm{o.replay_compute.layer_dense_s * scale, o.replay_compute.expert_s * scale,
-                      o.replay_compute.head_s * scale};
-      drop_page_cache(shard_paths);
-      const ReplayResult r = replay_trace(probe_ck, trace, so, cm, 1);
-      const double per_token = r.seconds / r.tokens;
-      const double io = double(r.stats.bytes_read) / r.tokens / (ssd_gbps * 1e9);
-      const double comp = cm.per_token(L, K);
-      replays.push_back({{"compute_scale", scale},
-                         {"compute_s_per_token", comp},
-                         {"io_bound_s_per_token", io},
-                         {"s_per_token", per_token},
-                         {"blocked_s_per_token", r.stats.blocked_seconds / r.tokens},
-                         {"hit_rate", r.stats.hit_rate()},
-                         {"ratio_to_max", per_token / std::max(io, comp)}});
-    }
+    rr = replay_report(o, probe_ck, plan, tracing->events(), ssd_gbps, store);
+  } else {
+    rr.policies = policy_report(probe_ck, plan, tracing->events());
   }
 
   if (o.json) {
@@ -183,8 +286,9 @@ int bench_model(const BenchModelOptions& o) {
     d["ssd_probe_direct"] = ssd_before.direct && ssd_after.direct;
     d["prefill_stats"] = stats_json(prefill);
     d["decode_stats"] = stats_json(decode);
-    d["policy_hit_rates"] = policies;
-    d["replay"] = replays;
+    d["policy_hit_rates"] = rr.policies;
+    d["replay"] = rr.replays;
+    d["replay_variants"] = rr.variants;
     d["generated"] = generated;
     j["details"] = d;
     std::puts(j.dump(2).c_str());
@@ -207,15 +311,7 @@ int bench_model(const BenchModelOptions& o) {
   fmt::print("compute      {:.3f} s/token (decode minus time blocked on I/O){}\n", compute_per_token,
              all_resident ? "; every expert resident" : "");
   fmt::print("peak RSS     {}\n", format_bytes(peak_rss));
-  if (!policies.empty())
-    fmt::print("policies     decode hit rate with {} slots: LRU {:.3f}, LFU {:.3f}, optimal (Belady) {:.3f}\n",
-               plan.slots, policies["lru"].get<double>(), policies["lfu"].get<double>(), policies["opt"].get<double>());
-  for (const auto& r : replays)
-    fmt::print("replay       compute x{:<4} {:.3f} s/token compute, {:.3f} s/token i/o bound -> {:.3f} s/token "
-               "({:.2f} x max), {:.3f} s/token blocked\n",
-               r["compute_scale"].get<double>(), r["compute_s_per_token"].get<double>(),
-               r["io_bound_s_per_token"].get<double>(), r["s_per_token"].get<double>(),
-               r["ratio_to_max"].get<double>(), r["blocked_s_per_token"].get<double>());
+  print_replay(plan, rr);
   return 0;
 }
 

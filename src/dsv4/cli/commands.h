@@ -78,6 +78,8 @@ struct BenchModelOptions {
   bool replay = false;
   ComputeModel replay_compute{0.0094, 0.0009, 0.030};
   std::vector<double> replay_scales{0, 0.5, 1, 2, 4};
+  std::string trace_out;  // save the recorded expert requests
+  std::string trace_in;   // replay these instead of running the model
 };
 int bench_model(const BenchModelOptions& o);
 

@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
     bench_cmd->add_flag("--json", bench.json, "print one JSON object");
     bench_cmd->add_flag("--replay", bench.replay,
                         "replay the recorded expert requests with a synthetic compute model at several speeds");
+    bench_cmd->add_option("--trace-out", bench.trace_out, "save the recorded expert requests to this file");
+    bench_cmd->add_option("--trace-in", bench.trace_in, "replay a saved trace instead of running the model");
   }
 
   try {

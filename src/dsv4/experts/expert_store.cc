@@ -126,6 +126,7 @@ void ExpertStore::start_read(int v, int32_t k, Origin origin, Submissions& out) 
   if (origin == Origin::kPredict) {
     ++stats_.predicted_reads;
     ++predicted_unused_slots_;
+    ++loading_predicted_;
   }
   if (origin == Origin::kDemand) ++stats_.demand_reads;
 
@@ -169,7 +170,11 @@ void ExpertStore::pump(Submissions& out) {
   if (!want_needed_.empty()) return;
   const int cap = options_.max_predicted_slots >= 0 ? options_.max_predicted_slots
                                                      : std::max<int>(1, static_cast<int>(slots_.size() / 2));
-  while (!want_predicted_.empty() && loading_ < options_.queue_depth && predicted_unused_slots_ < cap) {
+  const bool idle_only = options_.max_predicted_in_flight >= 0;
+  if (idle_only && loading_ > loading_predicted_) return;  // a needed read is in flight
+  const int max_guesses = idle_only ? options_.max_predicted_in_flight : options_.queue_depth;
+  while (!want_predicted_.empty() && loading_ < options_.queue_depth && loading_predicted_ < max_guesses &&
+         predicted_unused_slots_ < cap) {
     const int32_t k = want_predicted_.front();
     if (slot_of_[k] >= 0) {
       want_predicted_.pop_front();
@@ -186,6 +191,7 @@ void ExpertStore::on_read_done(uint64_t v, const ReadOutcome& outcome) {
   Submissions out;
   std::unique_lock<std::mutex> lock(mutex_);
   if (--loading_ == 0) stats_.read_seconds += now_seconds() - busy_since_;
+  if (slots_[v].origin == Origin::kPredict) --loading_predicted_;
   for (int shard : outcome.refused_direct) {
     shards_[shard].use_direct = false;
     note_buffered(shards_[shard].path);

@@ -43,6 +43,10 @@ struct ExpertStoreOptions {
   bool direct_io = true;         // false: buffered reads (testing / filesystems without O_DIRECT)
   bool predict = true;           // accept predict() hints (the engine's next-layer lookahead)
   int max_predicted_slots = -1;  // cap on slots holding unused predictions (-1: half the slots)
+  // Guesses only use read slots the needed experts leave idle: none is started while a
+  // needed read is queued or in flight, and at most this many guesses are in flight.
+  // (-1: guesses may fill the whole queue whenever nothing needed is waiting.)
+  int max_predicted_in_flight = 1;
   bool quiet = false;            // no notes on stderr
 };
 
@@ -124,7 +128,8 @@ class ExpertStore final : public ExpertProvider {
   std::vector<int32_t> slot_of_;  // key -> slot, -1 if absent
   std::deque<int32_t> want_needed_, want_predicted_;
   uint64_t epoch_ = 1, clock_ = 0;
-  int loading_ = 0;
+  int loading_ = 0;            // reads in flight
+  int loading_predicted_ = 0;  // of which started by predict()
   int predicted_unused_slots_ = 0;
   double busy_since_ = 0;
   bool warned_buffered_ = false;

@@ -1,10 +1,15 @@
 #include "dsv4/experts/expert_trace.h"
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
+
+#include <fmt/format.h>
 
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/util/error.h"
@@ -41,6 +46,44 @@ const ExpertWeights& TracingProvider::acquire(int layer, int expert) {
 void TracingProvider::release(int layer, int expert) {
   events_.push_back({ExpertEvent::Kind::kRelease, layer, {expert}});
   inner_->release(layer, expert);
+}
+
+void save_trace(const std::string& path, const std::vector<ExpertEvent>& events) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) fail("{}: cannot create", path);
+  static const char kKinds[] = "PFART";
+  for (const ExpertEvent& e : events) {
+    std::string line = fmt::format("{} {} ", kKinds[static_cast<int>(e.kind)], e.layer);
+    for (size_t i = 0; i < e.experts.size(); ++i) line += fmt::format("{}{}", i ? "," : "", e.experts[i]);
+    line += '\n';
+    std::fputs(line.c_str(), f);
+  }
+  if (std::fclose(f) != 0) fail("{}: write failed", path);
+}
+
+std::vector<ExpertEvent> load_trace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open", path);
+  std::vector<ExpertEvent> events;
+  std::string kind, list;
+  int layer;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    if (!(ls >> kind >> layer)) fail("{}: bad trace line \"{}\"", path, line);
+    ExpertEvent e;
+    const size_t k = std::string("PFART").find(kind);
+    if (kind.size() != 1 || k == std::string::npos) fail("{}: bad trace event \"{}\"", path, kind);
+    e.kind = static_cast<ExpertEvent::Kind>(k);
+    e.layer = layer;
+    if (ls >> list) {
+      std::istringstream ids(list);
+      std::string id;
+      while (std::getline(ids, id, ',')) e.experts.push_back(std::stoi(id));
+    }
+    events.push_back(std::move(e));
+  }
+  return events;
 }
 
 ReplayResult replay_trace(const Checkpoint& ck, const std::vector<ExpertEvent>& events,

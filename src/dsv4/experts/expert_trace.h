@@ -43,6 +43,10 @@ class TracingProvider final : public ExpertProvider {
   std::vector<ExpertEvent> events_;
 };
 
+// Text form, one event per line ("P|F|A|R|T layer e,e,..."), to replay a trace later.
+void save_trace(const std::string& path, const std::vector<ExpertEvent>& events);
+std::vector<ExpertEvent> load_trace(const std::string& path);
+
 // Synthetic compute per token: attention + shared expert per layer, each routed expert,
 // and the output head. Busy-waits (one core), like a compute thread would.
 struct ComputeModel {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -20,8 +21,8 @@ void drop_page_cache(const std::vector<std::string>& files) {
 }
 
 SsdProbeResult probe_direct_read(const std::vector<std::string>& files, uint64_t max_bytes, int depth,
-                                 IoBackend backend, double skip_fraction) {
-  constexpr uint64_t kBlock = 4ull << 20;
+                                 IoBackend backend, double skip_fraction, uint64_t block_bytes) {
+  const uint64_t kBlock = std::max<uint64_t>(kDirectAlign, block_bytes / kDirectAlign * kDirectAlign);
   drop_page_cache(files);
   struct Target {
     File buffered, direct;

@@ -19,10 +19,11 @@ struct SsdProbeResult {
 };
 
 // Drops the files from the page cache (POSIX_FADV_DONTNEED), then reads up to `max_bytes`
-// from them (a span starting `skip_fraction` into the set, wrapping around) in 4 MiB
-// aligned reads, `depth` in flight.
+// from them (a span starting `skip_fraction` into the set, wrapping around) in aligned
+// reads of `block_bytes`, `depth` in flight.
 SsdProbeResult probe_direct_read(const std::vector<std::string>& files, uint64_t max_bytes, int depth,
-                                 IoBackend backend = IoBackend::kAuto, double skip_fraction = 0.0);
+                                 IoBackend backend = IoBackend::kAuto, double skip_fraction = 0.0,
+                                 uint64_t block_bytes = 4ull << 20);
 
 // POSIX_FADV_DONTNEED on each file (best effort).
 void drop_page_cache(const std::vector<std::string>& files);
