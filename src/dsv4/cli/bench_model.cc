@@ -94,16 +94,21 @@ ReplayReport replay_report(const BenchModelOptions& o, const Checkpoint& ck, con
     r["compute_scale"] = scale;
     rep.replays.push_back(r);
   }
-  std::vector<ExpertEvent> no_guess;
-  for (const ExpertEvent& e : trace)
+  // The same trace with fewer guesses: none, or only the exact ones (hash-routed layers).
+  std::vector<ExpertEvent> no_guess, exact_guess;
+  for (const ExpertEvent& e : trace) {
     if (e.kind != ExpertEvent::Kind::kPredict) no_guess.push_back(e);
+    if (e.kind != ExpertEvent::Kind::kPredict || ck.config().layer(e.layer).hash_routed) exact_guess.push_back(e);
+  }
   struct Variant {
     const char* name;
     IoBackend io;
     int guesses;  // -1 eager, 0 none, n idle-only with n in flight
+    bool exact_only = false;
   };
   for (double scale : {1.0, 2.0}) {
     for (const Variant& v : {Variant{"io_uring, no lookahead", IoBackend::kUring, 0},
+                             Variant{"io_uring, exact lookahead (hash)", IoBackend::kUring, 1, true},
                              Variant{"io_uring, lookahead idle-only x1", IoBackend::kUring, 1},
                              Variant{"io_uring, lookahead idle-only x2", IoBackend::kUring, 2},
                              Variant{"io_uring, lookahead eager", IoBackend::kUring, -1},
@@ -114,7 +119,7 @@ ReplayReport replay_report(const BenchModelOptions& o, const Checkpoint& ck, con
       vo.max_predicted_in_flight = v.guesses;
       const ComputeModel cm{o.replay_compute.layer_dense_s * scale, o.replay_compute.expert_s * scale,
                             o.replay_compute.head_s * scale};
-      nlohmann::ordered_json r = run(v.guesses == 0 ? no_guess : trace, vo, cm);
+      nlohmann::ordered_json r = run(v.guesses == 0 ? no_guess : v.exact_only ? exact_guess : trace, vo, cm);
       r["variant"] = v.name;
       r["compute_scale"] = scale;
       rep.variants.push_back(r);
@@ -158,7 +163,9 @@ int bench_model(const BenchModelOptions& o) {
   const MemoryPlan plan = plan_memory(probe_ck, parse_ram(o.model.ram), workload);
   ExpertStoreOptions store;
   store.backend = backend;
-  store.predict = !o.no_predict;
+  const ExpertLookahead lookahead = o.lookahead == "off"   ? ExpertLookahead::kOff
+                                    : o.lookahead == "all" ? ExpertLookahead::kAll
+                                                           : ExpertLookahead::kExact;
 
   // The device, cold: drop the shards from the page cache and read a large span, in 4 MiB
   // reads and in expert-sized (16 MiB) reads, 4 in flight as the store reads; the better of
@@ -190,6 +197,7 @@ int bench_model(const BenchModelOptions& o) {
   eo.threads = o.model.threads;
   eo.workload = workload;
   eo.store = store;
+  eo.lookahead = lookahead;
   drop_page_cache(shard_paths);
   auto t0 = std::chrono::steady_clock::now();
   // The bench makes the planned provider itself so it can record the expert requests.
@@ -275,7 +283,7 @@ int bench_model(const BenchModelOptions& o) {
     d["budget_bytes"] = plan.budget;
     d["expert_slots"] = plan.slots;
     d["total_experts"] = plan.total_experts;
-    d["lookahead"] = !o.no_predict;
+    d["lookahead"] = o.lookahead;
     d["decode_s_per_token_median"] = median(step_s);
     d["decode_blocked_s_per_token"] = blocked_per_token;
     d["decode_compute_s_per_token"] = compute_per_token;

@@ -95,7 +95,9 @@ int main(int argc, char** argv) {
     bench_cmd->add_option("--seed", bench.seed, "prompt seed");
     bench_cmd->add_option("--ssd-probe-bytes", bench.probe_bytes, "bytes of shard read to measure the SSD")
         ->check(CLI::Range(uint64_t{4} << 20, uint64_t{1} << 40));
-    bench_cmd->add_flag("--no-lookahead", bench.no_predict, "disable the next-layer expert prediction");
+    bench_cmd->add_option("--lookahead", bench.lookahead,
+                          "guess experts ahead: off, exact (hash-routed layers only), all (also run routers early)")
+        ->check(CLI::IsMember({"off", "exact", "all"}));
     bench_cmd->add_flag("--json", bench.json, "print one JSON object");
     bench_cmd->add_flag("--replay", bench.replay,
                         "replay the recorded expert requests with a synthetic compute model at several speeds");

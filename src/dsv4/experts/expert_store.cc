@@ -227,6 +227,12 @@ void ExpertStore::prefetch(int layer, std::span<const int> experts) {
       want_needed_.push_back(k);
     }
   }
+  // Guesses for this layer that it does not need were wrong: evict them first, so a bad
+  // guess costs one read but never pushes a useful expert out of the cache.
+  for (Slot& s : slots_) {
+    if (s.unused_prediction && s.key / n_experts_ == layer && !reserved(s) && s.state != State::kLoading)
+      s.last_use = 0;
+  }
   pump(out);
   lock.unlock();
   submit(out);

@@ -94,8 +94,13 @@ void Engine::forward_chunk(SessionState& s, std::span<const int32_t> tokens, flo
   // Expert I/O lookahead (never changes results): guess a layer's routed experts early so
   // their SSD reads overlap the compute before its MoE. Layer 0 is guessed from the
   // embeddings, layer l+1 right after layer l's attention.
-  const bool lookahead = experts_->wants_predictions();
-  if (lookahead) predict_layer_experts(c, weights_.layers[0], X.data(), tokens, pool, *experts_);
+  auto guess = [&](int layer) {
+    const ExpertLookahead mode = options_.lookahead;
+    if (mode == ExpertLookahead::kOff || !experts_->wants_predictions()) return;
+    if (mode == ExpertLookahead::kExact && !weights_.layers[layer].spec.hash_routed) return;
+    predict_layer_experts(c, weights_.layers[layer], X.data(), tokens, pool, *experts_);
+  };
+  guess(0);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = weights_.layers[l];
     // Attention sub-block.
@@ -103,8 +108,7 @@ void Engine::forward_chunk(SessionState& s, std::span<const int32_t> tokens, flo
     for (int64_t t = 0; t < T; ++t) ops::rms_norm(x.data() + t * D, L.attn_norm.data(), D, eps, x.data() + t * D);
     attention(c, L, ropes_[l], x.data(), T, pos0, numerics, pool, &s.layers[l], y.data());
     hc_post(c, mix, y.data(), T, X.data());
-    if (lookahead && l + 1 < c.num_layers)
-      predict_layer_experts(c, weights_.layers[l + 1], X.data(), tokens, pool, *experts_);
+    if (l + 1 < c.num_layers) guess(l + 1);
     // MoE sub-block.
     hc_pre(c, L.hc_ffn, X.data(), T, pool, &mix, x.data());
     for (int64_t t = 0; t < T; ++t) ops::rms_norm(x.data() + t * D, L.ffn_norm.data(), D, eps, x.data() + t * D);

@@ -22,6 +22,13 @@
 
 namespace dsv4 {
 
+// Which layers' routed experts the engine guesses ahead (see expert_lookahead.h).
+// kExact: only hash-routed layers, whose experts follow from the token ids (never wrong);
+// kAll: also top-k layers, by running their router early. On synthetic checkpoints the
+// top-k guesses were right ~70% of the time and the wrong reads cost more bandwidth than
+// the overlap saved (docs/benchmarks.md), so kExact is the default.
+enum class ExpertLookahead : uint8_t { kOff, kExact, kAll };
+
 struct EngineOptions {
   kernels::Numerics numerics = kernels::Numerics::kFast;
   int threads = 0;  // 0: all available CPUs
@@ -31,7 +38,8 @@ struct EngineOptions {
   // minimum before any weight is loaded.
   std::optional<std::string> ram;
   WorkloadShape workload;     // what the reserve for KV state and activations must cover
-  ExpertStoreOptions store;   // I/O backend, queue depth, lookahead (slots come from the plan)
+  ExpertStoreOptions store;   // I/O backend, queue depth (slots come from the plan)
+  ExpertLookahead lookahead = ExpertLookahead::kExact;
   bool print_plan = true;
 };
 
