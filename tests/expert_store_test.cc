@@ -63,7 +63,10 @@ struct Budgeted {
   std::string fixture, budget;
   IoBackend backend;
   bool direct;
+  ExpertLookahead lookahead = ExpertLookahead::kExact;
 };
+
+void PrintTo(const Budgeted& b, std::ostream* os) { *os << b.fixture << " at " << b.budget; }
 
 std::unique_ptr<Engine> open_budgeted(const Budgeted& b) {
   EngineOptions o;
@@ -72,6 +75,7 @@ std::unique_ptr<Engine> open_budgeted(const Budgeted& b) {
   o.ram = budget(fixture(b.fixture), b.budget);
   o.store.backend = b.backend;
   o.store.direct_io = b.direct;
+  o.lookahead = b.lookahead;
   o.print_plan = false;
   return Engine::open(fixture(b.fixture), o);
 }
@@ -151,7 +155,8 @@ const Baseline& resident_baseline(const std::string& name) {
 class ExpertStoreBitExact : public ::testing::TestWithParam<Budgeted> {};
 
 // Logits and greedy tokens bit-identical to the all-resident engine at the minimum budget
-// and in the middle, with either read queue and with buffered reads.
+// and in the middle, with either read queue, with buffered reads, and whatever the lookahead
+// guesses.
 TEST_P(ExpertStoreBitExact, SameBitsAsResident) {
   const Budgeted& b = GetParam();
   const Workload w = workload(b.fixture);
@@ -182,12 +187,16 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Budgeted{"tiny-a", "min", IoBackend::kUring, true},
                       Budgeted{"tiny-a", "middle", IoBackend::kThreads, true},
                       Budgeted{"tiny-a", "min", IoBackend::kThreads, false},
-                      Budgeted{"flashlike", "min", IoBackend::kAuto, true},
-                      Budgeted{"flashlike", "middle", IoBackend::kUring, true}),
+                      Budgeted{"flashlike", "min", IoBackend::kAuto, true, ExpertLookahead::kAll},
+                      Budgeted{"flashlike", "middle", IoBackend::kUring, true},
+                      Budgeted{"tiny-a", "min", IoBackend::kUring, true, ExpertLookahead::kOff}),
     [](const auto& info) {
       const Budgeted& b = info.param;
       std::string name = b.fixture + "_" + b.budget + "_" + (b.backend == IoBackend::kThreads ? "threads" : "uring") +
-                         (b.direct ? "" : "_buffered");
+                         (b.direct ? "" : "_buffered") +
+                         (b.lookahead == ExpertLookahead::kAll   ? "_lookahead_all"
+                          : b.lookahead == ExpertLookahead::kOff ? "_no_lookahead"
+                                                                 : "");
       for (char& ch : name)
         if (ch == '-') ch = '_';
       return name;
