@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "dsv4/experts/expert_trace.h"
+#include "dsv4/tools/synth.h"
+
 namespace dsv4::cli {
 
 struct InspectOptions {
@@ -30,6 +33,9 @@ struct ModelOptions {
   int threads = 0;
   int64_t chunk = 0;              // prefill chunk (0 = automatic)
   int64_t ctx = 0;                // context limit (0 = the model's)
+  std::string ram;                // --ram: "" = default share of available memory, "min", "12G", ...
+  std::string io = "auto";        // --io: auto | uring | threads (expert reads)
+  bool quiet_stats = false;
 };
 
 struct ScoreOptions {
@@ -106,5 +112,39 @@ struct ServeOptions {
   int64_t max_body_mb = 16;
 };
 int serve(const ServeOptions& o);
+
+}  // namespace dsv4::cli
+
+namespace dsv4::cli {
+
+struct SynthCliOptions {
+  SynthOptions options;
+  bool demo = false;
+  bool quiet = false;
+};
+int synth(const SynthCliOptions& o);
+
+}  // namespace dsv4::cli
+
+namespace dsv4::cli {
+
+// dsv4 bench -m DIR (the model benchmark; `dsv4 bench kernels` is the kernel one).
+struct BenchModelOptions {
+  ModelOptions model;
+  int64_t prompt_tokens = 64;
+  int64_t gen_tokens = 16;
+  uint64_t seed = 1;
+  uint64_t probe_bytes = 2ull << 30;  // bytes of shard read to measure the SSD
+  std::string lookahead = "exact";  // off | exact (hash layers) | all
+  bool json = false;
+  // --replay: replay the recorded expert requests against a fresh store with a synthetic
+  // compute model (per-layer dense, per-expert, head seconds) scaled by each factor.
+  bool replay = false;
+  ComputeModel replay_compute{0.0094, 0.0009, 0.030};
+  std::vector<double> replay_scales{0, 0.5, 1, 2, 4};
+  std::string trace_out;  // save the recorded expert requests
+  std::string trace_in;   // replay these instead of running the model
+};
+int bench_model(const BenchModelOptions& o);
 
 }  // namespace dsv4::cli

@@ -1,10 +1,15 @@
 #include "dsv4/cli/common.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "dsv4/runtime/settings.h"
+#include "dsv4/tools/synth.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 
@@ -39,20 +44,54 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
 
 std::string resolve_model_dir(const ModelOptions& m) {
   if (!m.dir.empty()) return m.dir;
-  fail("no model given: pass -m DIR (a DeepSeek V4 checkpoint directory)");
+  std::string dir = env_value("demo_dir");
+  if (dir.empty()) {
+    const char* home = std::getenv("HOME");
+    dir = std::string(home && *home ? home : "/tmp") + "/.cache/dsv4/demo";
+  }
+  if (path_exists(dir + "/config.json")) return dir;
+  // Built in a temporary directory and renamed into place, so an interrupted or concurrent
+  // first run never leaves a half-written model behind.
+  fmt::print(stderr, "dsv4: creating the built-in demo model in {} (random weights, ~90 MB, once)\n", dir);
+  std::filesystem::create_directories(std::filesystem::path(dir).parent_path());
+  const std::string tmp = fmt::format("{}.partial-{}", dir, getpid());
+  std::filesystem::remove_all(tmp);
+  SynthOptions demo = demo_synth_options(tmp);
+  synthesize(demo);
+  std::error_code ec;
+  std::filesystem::rename(tmp, dir, ec);
+  if (ec) {
+    std::filesystem::remove_all(tmp);
+    if (!path_exists(dir + "/config.json")) fail("{}: cannot create the demo model: {}", dir, ec.message());
+  }
+  return dir;
 }
 
-std::unique_ptr<Engine> open_engine(const ModelOptions& m) {
+std::unique_ptr<Engine> open_engine(const ModelOptions& m, const WorkloadShape& workload) {
   EngineOptions eo;
   eo.numerics = parse_numerics(m.numerics);
   eo.threads = m.threads;
+  eo.ram = m.ram;
+  eo.workload = workload;
+  eo.store.backend = parse_io_backend(m.io);
   return Engine::open(resolve_model_dir(m), eo);
 }
 
-LoadedModel load_model(const ModelOptions& m) {
-  LoadedModel lm{resolve_model_dir(m), nullptr, text::Tokenizer::from_file(resolve_model_dir(m) + "/tokenizer.json"), m.dir.empty()};
-  lm.engine = open_engine(m);
+LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload) {
+  parse_ram(m.ram);  // a bad --ram fails before any work
+  const std::string dir = resolve_model_dir(m);
+  LoadedModel lm{dir, nullptr, text::Tokenizer::from_file(dir + "/tokenizer.json"), m.dir.empty()};
+  ModelOptions resolved = m;
+  resolved.dir = dir;
+  lm.engine = open_engine(resolved, workload);
   return lm;
+}
+
+WorkloadShape interactive_workload(const ModelOptions& m) {
+  WorkloadShape w;
+  w.context_tokens = m.ctx > 0 ? m.ctx : 16384;
+  w.chunk_tokens = m.chunk > 0 ? m.chunk : 256;
+  return w;
 }
 
 SamplingParams sampling_params(const std::string& model_dir, const SamplingOptions& s) {

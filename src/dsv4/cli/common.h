@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dsv4/cli/commands.h"
+#include "dsv4/experts/planner.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/generator.h"
 #include "dsv4/text/tokenizer.h"
@@ -18,10 +19,12 @@ kernels::Numerics parse_numerics(const std::string& s);
 // Token ids separated by whitespace and/or commas; `what` names the source in errors.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what);
 
-// The checkpoint directory to use: the flag, or the demo model (created on first use).
+// The checkpoint directory to use: the flag, or the built-in demo model (random weights,
+// created on first use in DSV4_DEMO_DIR, default ~/.cache/dsv4/demo).
 std::string resolve_model_dir(const ModelOptions& m);
 
-std::unique_ptr<Engine> open_engine(const ModelOptions& m);
+// Opens the engine under the --ram budget planned for `workload`.
+std::unique_ptr<Engine> open_engine(const ModelOptions& m, const WorkloadShape& workload);
 
 struct LoadedModel {
   std::string dir;
@@ -29,7 +32,11 @@ struct LoadedModel {
   text::Tokenizer tokenizer;
   bool demo = false;
 };
-LoadedModel load_model(const ModelOptions& m);
+// Tokenizer first (cheap, and a missing tokenizer.json fails before the weights load).
+LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload);
+
+// The workload of interactive use: the --ctx limit, else a default conversation length.
+WorkloadShape interactive_workload(const ModelOptions& m);
 
 SamplingParams sampling_params(const std::string& model_dir, const SamplingOptions& s);
 

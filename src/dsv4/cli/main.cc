@@ -34,6 +34,8 @@ void add_model_options(CLI::App* cmd, dsv4::cli::ModelOptions& m, bool model_req
   add(cmd, "threads", m.threads)->check(CLI::Range(0, 1024));
   add(cmd, "chunk", m.chunk)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   add(cmd, "ctx", m.ctx)->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  add(cmd, "ram", m.ram);
+  add(cmd, "io", m.io)->check(CLI::IsMember({"auto", "uring", "threads"}));
 }
 
 void add_sampling_options(CLI::App* cmd, dsv4::cli::SamplingOptions& s) {
@@ -139,22 +141,67 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // ---- bench (kernels block). `bench kernels` is a sub-subcommand so that `bench` itself
-  // can take its own options later (e.g. `dsv4 bench -m DIR ...` for the model).
-  dsv4::cli::BenchKernelsOptions bench_kernels;
-  auto* bench_cmd = app.add_subcommand("bench", "measure speed");
+
+  // dsv4 synth: synthetic checkpoints in the official format (real geometry by default).
+  dsv4::cli::SynthCliOptions synth;
+  auto* synth_cmd = app.add_subcommand("synth", "write a synthetic checkpoint (random weights, official format)");
+  {
+    dsv4::SynthOptions& s = synth.options;
+    synth_cmd->add_option("--out", s.out, "output directory")->required();
+    synth_cmd->add_flag("--demo", synth.demo, "the small deterministic demo model with a tokenizer (~90 MB)");
+    synth_cmd->add_option("--layers", s.layers, "main layers")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--experts", s.experts, "routed experts per layer")->check(CLI::Range(1, 4096));
+    synth_cmd->add_option("--experts-per-token", s.experts_per_token, "top-k")->check(CLI::Range(1, 4096));
+    synth_cmd->add_option("--hidden", s.hidden, "hidden size")->check(CLI::Range(64, 65536));
+    synth_cmd->add_option("--moe-inter", s.moe_inter, "expert intermediate size")->check(CLI::Range(64, 65536));
+    synth_cmd->add_option("--heads", s.heads, "attention heads")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--head-dim", s.head_dim, "attention head dim")->check(CLI::Range(4, 4096));
+    synth_cmd->add_option("--rope-dim", s.rope_dim, "rotary dims per head")->check(CLI::Range(2, 4096));
+    synth_cmd->add_option("--q-lora", s.q_lora, "query low rank")->check(CLI::Range(1, 65536));
+    synth_cmd->add_option("--o-groups", s.o_groups, "output projection groups")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--o-lora", s.o_lora, "output projection rank")->check(CLI::Range(1, 65536));
+    synth_cmd->add_option("--index-heads", s.index_heads, "indexer heads")->check(CLI::Range(1, 1024));
+    synth_cmd->add_option("--index-head-dim", s.index_head_dim, "indexer head dim")->check(CLI::Range(2, 4096));
+    synth_cmd->add_option("--index-topk", s.index_topk, "indexer top-k")->check(CLI::Range(1, 1 << 20));
+    synth_cmd->add_option("--vocab", s.vocab, "vocabulary size")->check(CLI::Range(16, 16'000'000));
+    synth_cmd->add_option("--hash-layers", s.hash_layers, "hash-routed layers (default: 3 of 43, scaled)")
+        ->check(CLI::Range(0, 1024));
+    synth_cmd->add_option("--mtp", s.mtp_layers, "MTP layers (the real checkpoint has 1)")->check(CLI::Range(0, 16));
+    synth_cmd->add_option("--shard-size", s.shard_bytes, "bytes per shard (approximate)")
+        ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 40));
+    synth_cmd->add_option("--seed", s.seed, "random seed");
+    synth_cmd->add_flag("--quiet", synth.quiet, "no progress on stderr");
+  }
+
+  // dsv4 bench -m DIR: the model under a RAM budget; dsv4 bench kernels: the matmul kernels.
+  dsv4::cli::BenchModelOptions bench;
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: -m DIR (the model under a RAM budget) or 'kernels'");
   bench_cmd->require_subcommand(0, 1);
+  {
+    add_model_options(bench_cmd, bench.model, false);
+    bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 24));
+    bench_cmd->add_option("--gen-tokens", bench.gen_tokens, "tokens to decode")->check(CLI::Range(1, 1 << 24));
+    bench_cmd->add_option("--seed", bench.seed, "prompt seed");
+    bench_cmd->add_option("--ssd-probe-bytes", bench.probe_bytes, "bytes of shard read to measure the SSD")
+        ->check(CLI::Range(uint64_t{4} << 20, uint64_t{1} << 40));
+    bench_cmd->add_option("--lookahead", bench.lookahead,
+                          "guess experts ahead: off, exact (hash-routed layers only), all (also run routers early)")
+        ->check(CLI::IsMember({"off", "exact", "all"}));
+    bench_cmd->add_flag("--json", bench.json, "print one JSON object");
+    bench_cmd->add_flag("--replay", bench.replay,
+                        "replay the recorded expert requests with a synthetic compute model at several speeds");
+    bench_cmd->add_option("--trace-out", bench.trace_out, "save the recorded expert requests to this file");
+    bench_cmd->add_option("--trace-in", bench.trace_in, "replay a saved trace instead of running the model");
+  }
+  dsv4::cli::BenchKernelsOptions bench_kernels;
   auto* bench_kernels_cmd =
       bench_cmd->add_subcommand("kernels", "matmul kernels at V4 Flash shapes vs. the machine's measured limits");
   bench_kernels_cmd->add_option("--n", bench_kernels.n, "batch sizes, comma-separated")->capture_default_str();
   bench_kernels_cmd->add_option("--format", bench_kernels.format, "weight formats, comma-separated (fp4,fp8,bf16)");
-  bench_kernels_cmd->add_option("--mode", bench_kernels.mode, "numerics: fast, reference or both")
-      ->capture_default_str();
+  bench_kernels_cmd->add_option("--mode", bench_kernels.mode, "numerics: fast, reference or both")->capture_default_str();
   add(bench_kernels_cmd, "threads", bench_kernels.threads)->check(CLI::Range(0, 1024));
-  bench_kernels_cmd->add_option("--seconds", bench_kernels.seconds, "minimum timed seconds per case")
-      ->capture_default_str();
+  bench_kernels_cmd->add_option("--seconds", bench_kernels.seconds, "minimum timed seconds per case")->capture_default_str();
   bench_kernels_cmd->add_flag("--json", bench_kernels.json, "print JSON");
-  // ---- end bench (kernels block)
 
   try {
     app.parse(argc, argv);
@@ -176,8 +223,12 @@ int main(int argc, char** argv) {
       std::fputs(dsv4::describe_settings().c_str(), stdout);
       return 0;
     }
-
-    if (*bench_kernels_cmd) return dsv4::cli::bench_kernels(bench_kernels);  // bench (kernels block)
+    if (*synth_cmd) return dsv4::cli::synth(synth);
+    if (*bench_kernels_cmd) return dsv4::cli::bench_kernels(bench_kernels);
+    if (*bench_cmd) {
+      if (bench.model.dir.empty()) throw dsv4::Error("bench: -m DIR is required (or: dsv4 bench kernels)");
+      return dsv4::cli::bench_model(bench);
+    }
   } catch (const dsv4::Error& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());
     return 1;

@@ -131,7 +131,7 @@ int run(const RunOptions& o) {
     prompt_text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   if (prompt_text.empty()) fail("the prompt is empty");
-  LoadedModel lm = load_model(o.model);
+  LoadedModel lm = load_model(o.model, interactive_workload(o.model));
   announce_demo(lm);
   install_sigint();
 
@@ -189,7 +189,7 @@ constexpr const char* kChatHelp =
 }  // namespace
 
 int chat(const ChatOptions& o) {
-  LoadedModel lm = load_model(o.model);
+  LoadedModel lm = load_model(o.model, interactive_workload(o.model));
   announce_demo(lm);
   install_sigint();
   const bool tty = isatty(0) && isatty(1);

@@ -5,15 +5,30 @@
 #include <vector>
 
 #include "dsv4/cli/common.h"
+#include "dsv4/experts/planner.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
+#include "dsv4/util/memory.h"
 
 namespace dsv4::cli {
+namespace {
+
+void print_expert_stats(Engine& engine, const ModelOptions& m) {
+  if (m.quiet_stats) return;
+  std::fprintf(stderr, "%s\n", dsv4::stats_line(engine.experts().stats(), peak_rss_bytes()).c_str());
+}
+
+}  // namespace
 
 int score(const ScoreOptions& o) {
+  parse_ram(o.model.ram);  // a bad --ram fails before any work
   std::vector<int32_t> tokens = parse_token_ids(read_small_file(o.tokens_file, 256 << 20), o.tokens_file);
   if (tokens.empty()) fail("{}: no token ids", o.tokens_file);
-  auto engine = open_engine(o.model);
+  WorkloadShape workload;
+  workload.context_tokens = static_cast<int64_t>(tokens.size());
+  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : workload.context_tokens;
+  workload.logit_rows = workload.context_tokens;
+  auto engine = open_engine(o.model, workload);
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(tokens.size() * static_cast<size_t>(V));
   SessionState s = engine->new_session();
@@ -27,14 +42,19 @@ int score(const ScoreOptions& o) {
     if (!f) fail("{}: write failed", o.logits_out);
   }
   if (std::rename(tmp.c_str(), o.logits_out.c_str()) != 0) fail("{}: cannot rename from {}", o.logits_out, tmp);
+  print_expert_stats(*engine, o.model);
   return 0;
 }
 
 int generate(const GenerateOptions& o) {
   if (!o.greedy) fail("generate: only --greedy is supported here; use dsv4 run for sampling");
+  parse_ram(o.model.ram);
   std::vector<int32_t> prompt = parse_token_ids(o.tokens, "--tokens");
   if (prompt.empty()) fail("--tokens: no token ids");
-  auto engine = open_engine(o.model);
+  WorkloadShape workload;
+  workload.context_tokens = static_cast<int64_t>(prompt.size()) + o.n;
+  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : static_cast<int64_t>(prompt.size());
+  auto engine = open_engine(o.model, workload);
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
   SessionState s = engine->new_session();
@@ -50,6 +70,8 @@ int generate(const GenerateOptions& o) {
   std::string line;
   for (size_t i = 0; i < out.size(); ++i) line += (i ? "," : "") + std::to_string(out[i]);
   std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  print_expert_stats(*engine, o.model);
   return 0;
 }
 

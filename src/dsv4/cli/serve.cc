@@ -106,7 +106,7 @@ std::string directory_name(const std::string& dir) {
 int serve(const ServeOptions& o) {
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
   SignalWatcher signals;
-  LoadedModel lm = load_model(o.model);
+  LoadedModel lm = load_model(o.model, interactive_workload(o.model));
   if (lm.demo)
     fmt::print(stderr, "dsv4 serve: no -m given: serving the built-in demo model in {} (random weights, so its text is gibberish)\n",
                lm.dir);

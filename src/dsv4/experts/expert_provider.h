@@ -14,6 +14,7 @@
 namespace dsv4 {
 
 class Checkpoint;
+struct ModelConfig;
 
 struct ExpertWeights {
   kernels::Matrix w1;  // gate projection [I, D]
@@ -21,21 +22,36 @@ struct ExpertWeights {
   kernels::Matrix w2;  // down projection [D, I]
 };
 
-// Counters every provider keeps; all fields are totals since construction.
+// Counters every provider keeps; all fields are totals since construction. Subtract two
+// snapshots for the counts of one request.
 struct ExpertStats {
-  uint64_t requests = 0;
-  uint64_t hits = 0;
-  uint64_t misses = 0;
-  uint64_t bytes_read = 0;
-  double read_seconds = 0;     // wall time the loaders spent reading
-  double blocked_seconds = 0;  // time the compute thread waited for an expert
+  uint64_t requests = 0;          // acquire() calls
+  uint64_t hits = 0;              // served from cache content an earlier request already used
+  uint64_t misses = 0;            // served by a read made for it (prefetch, prediction or on demand)
+  uint64_t reads = 0;             // expert reads completed
+  uint64_t bytes_read = 0;        // bytes those reads moved (aligned windows included)
+  uint64_t demand_reads = 0;      // reads that acquire() had to start itself (nothing asked earlier)
+  uint64_t predicted_reads = 0;   // reads started by predict()
+  uint64_t predicted_unused = 0;  // predicted reads evicted before anything acquired them
+  uint64_t stalls = 0;            // acquire() calls that had to wait for a read
+  double read_seconds = 0;        // wall time with at least one read in flight
+  double blocked_seconds = 0;     // time the compute thread waited in acquire()
+
+  double hit_rate() const { return requests ? double(hits) / double(requests) : 0.0; }
+  double read_gbps() const { return read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0; }
+  ExpertStats operator-(const ExpertStats& earlier) const;
 };
 
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
-  // Non-blocking hint: these experts of `layer` will be acquired soon.
+  // Non-blocking: these experts of `layer` will be acquired next, in this order.
   virtual void prefetch(int layer, std::span<const int> experts) = 0;
+  // Non-blocking, weaker: these experts of `layer` will probably be needed (a guess, e.g.
+  // the next layer's router applied to the current hidden state). Replaces the previous guess.
+  virtual void predict(int, std::span<const int>) {}
+  // Whether predict() does anything (the engine skips computing guesses otherwise).
+  virtual bool wants_predictions() const { return false; }
   // Blocks until the expert is in memory; it stays valid until the matching release().
   virtual const ExpertWeights& acquire(int layer, int expert) = 0;
   virtual void release(int layer, int expert) = 0;
@@ -60,6 +76,7 @@ ExpertLocation locate_expert(const Checkpoint& ck, int layer, int expert);
 // parts are laid out back to back in the order of ExpertLocation::parts (each part aligned
 // to `align` bytes).
 ExpertWeights expert_views(const Checkpoint& ck, const uint8_t* base, const uint64_t offsets[6]);
+ExpertWeights expert_views(const ModelConfig& c, const uint8_t* base, const uint64_t offsets[6]);
 
 // Reads every routed expert into RAM at start-up. Simple and fast when the model fits.
 std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck);

@@ -25,8 +25,27 @@ ExpertLocation locate_expert(const Checkpoint& ck, int layer, int expert) {
   return loc;
 }
 
+ExpertStats ExpertStats::operator-(const ExpertStats& e) const {
+  ExpertStats d;
+  d.requests = requests - e.requests;
+  d.hits = hits - e.hits;
+  d.misses = misses - e.misses;
+  d.reads = reads - e.reads;
+  d.bytes_read = bytes_read - e.bytes_read;
+  d.demand_reads = demand_reads - e.demand_reads;
+  d.predicted_reads = predicted_reads - e.predicted_reads;
+  d.predicted_unused = predicted_unused - e.predicted_unused;
+  d.stalls = stalls - e.stalls;
+  d.read_seconds = read_seconds - e.read_seconds;
+  d.blocked_seconds = blocked_seconds - e.blocked_seconds;
+  return d;
+}
+
 ExpertWeights expert_views(const Checkpoint& ck, const uint8_t* base, const uint64_t offsets[6]) {
-  const ModelConfig& c = ck.config();
+  return expert_views(ck.config(), base, offsets);
+}
+
+ExpertWeights expert_views(const ModelConfig& c, const uint8_t* base, const uint64_t offsets[6]) {
   auto fp4 = [&](int64_t rows, int64_t cols, int part) {
     kernels::Matrix m;
     m.format = kernels::WeightFormat::kFP4;

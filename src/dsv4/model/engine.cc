@@ -1,9 +1,11 @@
 #include "dsv4/model/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "dsv4/kernels/formats.h"
 #include "dsv4/model/attention.h"
+#include "dsv4/model/expert_lookahead.h"
 #include "dsv4/model/mhc.h"
 #include "dsv4/model/moe.h"
 #include "dsv4/model/ops.h"
@@ -17,11 +19,25 @@ std::unique_ptr<Engine> Engine::open(const std::string& dir, const EngineOptions
   return std::unique_ptr<Engine>(new Engine(std::move(ck), options, std::move(experts)));
 }
 
+namespace {
+
+std::optional<MemoryPlan> plan_if_budgeted(const Checkpoint& ck, const EngineOptions& o, bool have_provider) {
+  if (have_provider || !o.ram) return std::nullopt;
+  MemoryPlan plan = plan_memory(ck, parse_ram(*o.ram), o.workload);
+  if (o.print_plan) std::fprintf(stderr, "%s\n", plan.summary().c_str());
+  return plan;
+}
+
+}  // namespace
+
 Engine::Engine(Checkpoint ck, const EngineOptions& options, std::unique_ptr<ExpertProvider> experts)
     : checkpoint_(std::move(ck)),
       options_(options),
+      plan_(plan_if_budgeted(checkpoint_, options, experts != nullptr)),
       weights_(ModelWeights::load(checkpoint_)),
-      experts_(experts ? std::move(experts) : make_resident_experts(checkpoint_)),
+      experts_(experts ? std::move(experts)
+               : plan_ ? make_planned_provider(checkpoint_, *plan_, options.store)
+                       : make_resident_experts(checkpoint_)),
       pool_(options.threads > 0 ? options.threads : available_cpus()) {
   for (const LayerSpec& l : config().layers) ropes_.push_back(Rope::for_layer(config(), l));
 }
@@ -75,6 +91,16 @@ void Engine::forward_chunk(SessionState& s, std::span<const int32_t> tokens, flo
   std::vector<float> x(static_cast<size_t>(T * D)), y(static_cast<size_t>(T * D));
   HcMix mix;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  // Expert I/O lookahead (never changes results): guess a layer's routed experts early so
+  // their SSD reads overlap the compute before its MoE. Layer 0 is guessed from the
+  // embeddings, layer l+1 right after layer l's attention.
+  auto guess = [&](int layer) {
+    const ExpertLookahead mode = options_.lookahead;
+    if (mode == ExpertLookahead::kOff || !experts_->wants_predictions()) return;
+    if (mode == ExpertLookahead::kExact && !weights_.layers[layer].spec.hash_routed) return;
+    predict_layer_experts(c, weights_.layers[layer], X.data(), tokens, pool, *experts_);
+  };
+  guess(0);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = weights_.layers[l];
     // Attention sub-block.
@@ -82,6 +108,7 @@ void Engine::forward_chunk(SessionState& s, std::span<const int32_t> tokens, flo
     for (int64_t t = 0; t < T; ++t) ops::rms_norm(x.data() + t * D, L.attn_norm.data(), D, eps, x.data() + t * D);
     attention(c, L, ropes_[l], x.data(), T, pos0, numerics, pool, &s.layers[l], y.data());
     hc_post(c, mix, y.data(), T, X.data());
+    if (l + 1 < c.num_layers) guess(l + 1);
     // MoE sub-block.
     hc_pre(c, L.hc_ffn, X.data(), T, pool, &mix, x.data());
     for (int64_t t = 0; t < T; ++t) ops::rms_norm(x.data() + t * D, L.ffn_norm.data(), D, eps, x.data() + t * D);

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "dsv4/experts/expert_provider.h"
+#include "dsv4/experts/planner.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/kernels/kernels.h"
 #include "dsv4/model/rope.h"
@@ -20,9 +22,25 @@
 
 namespace dsv4 {
 
+// Which layers' routed experts the engine guesses ahead (see expert_lookahead.h).
+// kExact: only hash-routed layers, whose experts follow from the token ids (never wrong);
+// kAll: also top-k layers, by running their router early. On synthetic checkpoints the
+// top-k guesses were right ~70% of the time and the wrong reads cost more bandwidth than
+// the overlap saved (docs/benchmarks.md), so kExact is the default.
+enum class ExpertLookahead : uint8_t { kOff, kExact, kAll };
+
 struct EngineOptions {
   kernels::Numerics numerics = kernels::Numerics::kFast;
   int threads = 0;  // 0: all available CPUs
+  // Routed experts. Unset: all resident (no planning). Set (--ram: "12G", "min", "" for the
+  // default share of available memory): the planner sizes an SSD expert cache from this
+  // process budget, prints its one-line plan on stderr, and refuses a budget below the
+  // minimum before any weight is loaded.
+  std::optional<std::string> ram;
+  WorkloadShape workload;     // what the reserve for KV state and activations must cover
+  ExpertStoreOptions store;   // I/O backend, queue depth (slots come from the plan)
+  ExpertLookahead lookahead = ExpertLookahead::kExact;
+  bool print_plan = true;
 };
 
 class Engine {
@@ -37,6 +55,8 @@ class Engine {
   const ModelWeights& weights() const { return weights_; }
   ExpertProvider& experts() { return *experts_; }
   kernels::Numerics numerics() const { return options_.numerics; }
+  // The RAM plan, if the engine was opened with a budget.
+  const std::optional<MemoryPlan>& memory_plan() const { return plan_; }
   int threads() const { return pool_.size(); }
 
   SessionState new_session() const;
@@ -53,6 +73,7 @@ class Engine {
 
   Checkpoint checkpoint_;
   EngineOptions options_;
+  std::optional<MemoryPlan> plan_;  // before weights_: a refused budget fails before loading
   ModelWeights weights_;
   std::unique_ptr<ExpertProvider> experts_;
   std::vector<Rope> ropes_;  // per layer

@@ -1,11 +1,10 @@
 #include "dsv4/runtime/generator.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 
 #include "dsv4/util/error.h"
+#include "dsv4/util/memory.h"
 
 namespace dsv4 {
 namespace {
@@ -48,12 +47,6 @@ double GenerationStats::decode_tok_s() const {
 }
 double GenerationStats::hit_rate() const {
   return expert_requests ? double(expert_hits) / double(expert_requests) : 0;
-}
-
-uint64_t peak_rss_bytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
 GenerationResult generate(Engine& engine, SessionState& session, const GenerationRequest& req,

@@ -67,7 +67,4 @@ struct GenerationCallbacks {
 GenerationResult generate(Engine& engine, SessionState& session, const GenerationRequest& request,
                           const GenerationCallbacks& callbacks);
 
-// Peak resident set size of this process so far (bytes).
-uint64_t peak_rss_bytes();
-
 }  // namespace dsv4

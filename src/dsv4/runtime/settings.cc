@@ -15,6 +15,7 @@ const std::vector<Setting>& all_settings() {
       {"model", "-m,--model", "DSV4_MODEL", "path", "", "checkpoint directory (run/chat/serve default to the demo model)"},
       {"ram", "--ram", "DSV4_RAM", "size", "auto",
        "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (a safe share of available memory)"},
+      {"io", "--io", "DSV4_IO", "string", "auto", "expert reads: auto (io_uring, else threads), uring or threads"},
       {"threads", "--threads", "DSV4_THREADS", "int", "0", "compute threads (0 = all CPUs)"},
       {"numerics", "--numerics", "DSV4_NUMERICS", "string", "fast",
        "reference (float32 activations) or fast (quantized activations)"},

@@ -1,0 +1,326 @@
+// dsv4 bench -m DIR: end-to-end speed of one model under a RAM budget — load time, time to
+// first token, prefill and decode speed, expert cache hit rate and bytes read per token —
+// next to the SSD's own O_DIRECT bandwidth measured in the same run, so the decode time can
+// be compared with its I/O lower bound.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dsv4/cli/commands.h"
+#include "dsv4/experts/expert_trace.h"
+#include "dsv4/experts/ssd_probe.h"
+#include "dsv4/model/engine.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/memory.h"
+
+namespace dsv4::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+nlohmann::ordered_json stats_json(const ExpertStats& s) {
+  return {{"requests", s.requests},         {"hits", s.hits},
+          {"misses", s.misses},             {"reads", s.reads},
+          {"bytes_read", s.bytes_read},     {"demand_reads", s.demand_reads},
+          {"predicted_reads", s.predicted_reads}, {"predicted_unused", s.predicted_unused},
+          {"stalls", s.stalls},             {"read_seconds", s.read_seconds},
+          {"blocked_seconds", s.blocked_seconds}, {"read_gbps", s.read_gbps()}};
+}
+
+struct ReplayReport {
+  nlohmann::ordered_json policies, replays, variants;
+};
+
+// Hit rates of cache policies on the trace's decode tokens (token 0 is the prefill).
+nlohmann::ordered_json policy_report(const Checkpoint& ck, const MemoryPlan& plan,
+                                     const std::vector<ExpertEvent>& trace) {
+  nlohmann::ordered_json policies = nlohmann::ordered_json::object();
+  if (plan.all_resident) return policies;
+  for (const char* p : {"lru", "lfu", "opt"})
+    policies[p] = simulate_hit_rate(trace, ck.config().n_routed_experts, plan.slots, p, 1);
+  return policies;
+}
+
+// The recorded requests replayed against fresh stores with a synthetic compute model: at
+// several compute speeds, and at the nominal speed with each read queue and lookahead policy.
+ReplayReport replay_report(const BenchModelOptions& o, const Checkpoint& ck, const MemoryPlan& plan,
+                           const std::vector<ExpertEvent>& trace, double ssd_gbps, ExpertStoreOptions so) {
+  ReplayReport rep;
+  rep.policies = policy_report(ck, plan, trace);
+  rep.replays = nlohmann::ordered_json::array();
+  rep.variants = nlohmann::ordered_json::array();
+  std::vector<std::string> shard_paths;
+  for (const auto& s : ck.shards()) shard_paths.push_back(s->path());
+  so.slots = plan.slots;
+  const int L = ck.config().num_layers, K = ck.config().n_experts_per_token;
+  auto run = [&](const std::vector<ExpertEvent>& events, const ExpertStoreOptions& opts, const ComputeModel& cm) {
+    drop_page_cache(shard_paths);
+    const ReplayResult r = replay_trace(ck, events, opts, cm, 1);
+    const double per_token = r.seconds / r.tokens;
+    const double io = double(r.stats.bytes_read) / r.tokens / (ssd_gbps * 1e9);
+    const double comp = cm.per_token(L, K);
+    return nlohmann::ordered_json{{"compute_s_per_token", comp},
+                                  {"io_bound_s_per_token", io},
+                                  {"s_per_token", per_token},
+                                  {"blocked_s_per_token", r.stats.blocked_seconds / r.tokens},
+                                  {"hit_rate", r.stats.hit_rate()},
+                                  {"bytes_read_per_token", double(r.stats.bytes_read) / r.tokens},
+                                  {"predicted_reads", r.stats.predicted_reads},
+                                  {"predicted_unused", r.stats.predicted_unused},
+                                  {"read_gbps", r.stats.read_gbps()},
+                                  {"ratio_to_max", per_token / std::max(io, comp)}};
+  };
+  for (double scale : o.replay_scales) {
+    const ComputeModel cm{o.replay_compute.layer_dense_s * scale, o.replay_compute.expert_s * scale,
+                          o.replay_compute.head_s * scale};
+    nlohmann::ordered_json r = run(trace, so, cm);
+    r["compute_scale"] = scale;
+    rep.replays.push_back(r);
+  }
+  // The same trace with fewer guesses: none, or only the exact ones (hash-routed layers).
+  std::vector<ExpertEvent> no_guess, exact_guess;
+  for (const ExpertEvent& e : trace) {
+    if (e.kind != ExpertEvent::Kind::kPredict) no_guess.push_back(e);
+    if (e.kind != ExpertEvent::Kind::kPredict || ck.config().layer(e.layer).hash_routed) exact_guess.push_back(e);
+  }
+  struct Variant {
+    const char* name;
+    IoBackend io;
+    int guesses;  // -1 eager, 0 none, n idle-only with n in flight
+    bool exact_only = false;
+  };
+  for (double scale : {1.0, 2.0}) {
+    for (const Variant& v : {Variant{"io_uring, no lookahead", IoBackend::kUring, 0},
+                             Variant{"io_uring, exact lookahead (hash)", IoBackend::kUring, 1, true},
+                             Variant{"io_uring, lookahead idle-only x1", IoBackend::kUring, 1},
+                             Variant{"io_uring, lookahead idle-only x2", IoBackend::kUring, 2},
+                             Variant{"io_uring, lookahead eager", IoBackend::kUring, -1},
+                             Variant{"threads, no lookahead", IoBackend::kThreads, 0},
+                             Variant{"threads, lookahead idle-only x1", IoBackend::kThreads, 1}}) {
+      ExpertStoreOptions vo = so;
+      vo.backend = v.io;
+      vo.max_predicted_in_flight = v.guesses;
+      const ComputeModel cm{o.replay_compute.layer_dense_s * scale, o.replay_compute.expert_s * scale,
+                            o.replay_compute.head_s * scale};
+      nlohmann::ordered_json r = run(v.guesses == 0 ? no_guess : v.exact_only ? exact_guess : trace, vo, cm);
+      r["variant"] = v.name;
+      r["compute_scale"] = scale;
+      rep.variants.push_back(r);
+    }
+  }
+  return rep;
+}
+
+void print_replay(const MemoryPlan& plan, const ReplayReport& rr) {
+  const auto& policies = rr.policies;
+  if (!policies.empty())
+    fmt::print("policies     decode hit rate with {} slots: LRU {:.3f}, LFU {:.3f}, optimal (Belady) {:.3f}\n",
+               plan.slots, policies["lru"].get<double>(), policies["lfu"].get<double>(), policies["opt"].get<double>());
+  for (const auto& r : rr.replays)
+    fmt::print("replay       compute x{:<4} {:.3f} s/token compute, {:.3f} s/token i/o bound -> {:.3f} s/token "
+               "({:.2f} x max), {:.3f} s/token blocked\n",
+               r["compute_scale"].get<double>(), r["compute_s_per_token"].get<double>(),
+               r["io_bound_s_per_token"].get<double>(), r["s_per_token"].get<double>(),
+               r["ratio_to_max"].get<double>(), r["blocked_s_per_token"].get<double>());
+  for (const auto& r : rr.variants)
+    fmt::print("variant x{:<3} {:<34} {:.3f} s/token ({:.2f} x max), {:.3f} blocked, {:.0f} MB/token, hit {:.3f}, "
+               "{:.2f} GB/s\n",
+               r["compute_scale"].get<double>(), r["variant"].get<std::string>(), r["s_per_token"].get<double>(),
+               r["ratio_to_max"].get<double>(), r["blocked_s_per_token"].get<double>(),
+               r["bytes_read_per_token"].get<double>() / 1e6, r["hit_rate"].get<double>(), r["read_gbps"].get<double>());
+}
+
+}  // namespace
+
+int bench_model(const BenchModelOptions& o) {
+  if (o.prompt_tokens < 1) fail("--prompt-tokens must be at least 1");
+  if (o.gen_tokens < 1) fail("--gen-tokens must be at least 1");
+  Checkpoint probe_ck = Checkpoint::open(o.model.dir);
+  std::vector<std::string> shard_paths;
+  for (const auto& s : probe_ck.shards()) shard_paths.push_back(s->path());
+  const int64_t V = probe_ck.config().vocab_size;
+  const IoBackend backend = parse_io_backend(o.model.io);
+  WorkloadShape workload;
+  workload.context_tokens = o.prompt_tokens + o.gen_tokens;
+  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : o.prompt_tokens;
+  const MemoryPlan plan = plan_memory(probe_ck, parse_ram(o.model.ram), workload);
+  ExpertStoreOptions store;
+  store.backend = backend;
+  const ExpertLookahead lookahead = o.lookahead == "off"   ? ExpertLookahead::kOff
+                                    : o.lookahead == "all" ? ExpertLookahead::kAll
+                                                           : ExpertLookahead::kExact;
+
+  // The device, cold: drop the shards from the page cache and read a large span, in 4 MiB
+  // reads and in expert-sized (16 MiB) reads, 4 in flight as the store reads; the better of
+  // the two is the device's bandwidth.
+  auto probe = [&](double where) {
+    const SsdProbeResult a = probe_direct_read(shard_paths, o.probe_bytes / 2, 4, backend, where, 4ull << 20);
+    const SsdProbeResult b = probe_direct_read(shard_paths, o.probe_bytes / 2, 4, backend, where + 0.1, 16ull << 20);
+    return a.gbps() >= b.gbps() ? a : b;
+  };
+
+  if (!o.trace_in.empty()) {
+    // Replay only: no forward pass; the requests come from an earlier run's --trace-out.
+    const double gbps = probe(0.2).gbps();
+    const ReplayReport rr = replay_report(o, probe_ck, plan, load_trace(o.trace_in), gbps, store);
+    if (o.json) {
+      nlohmann::ordered_json j{{"ssd_gbps_measured", gbps}, {"plan", plan.summary()}, {"policy_hit_rates", rr.policies},
+                               {"replay", rr.replays}, {"replay_variants", rr.variants}};
+      std::puts(j.dump(2).c_str());
+    } else {
+      fmt::print("{}\nssd          {:.2f} GB/s O_DIRECT\n", plan.summary(), gbps);
+      print_replay(plan, rr);
+    }
+    return 0;
+  }
+
+  const SsdProbeResult ssd_before = probe(0.2);
+  EngineOptions eo;
+  eo.numerics = o.model.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
+  eo.threads = o.model.threads;
+  eo.workload = workload;
+  eo.store = store;
+  eo.lookahead = lookahead;
+  drop_page_cache(shard_paths);
+  auto t0 = std::chrono::steady_clock::now();
+  // The bench makes the planned provider itself so it can record the expert requests.
+  if (!o.json) std::fprintf(stderr, "%s\n", plan.summary().c_str());
+  auto tracing_owner = std::make_unique<TracingProvider>(make_planned_provider(probe_ck, plan, store));
+  TracingProvider* tracing = tracing_owner.get();
+  auto engine = Engine::open(o.model.dir, eo, std::move(tracing_owner));
+  const double load_s = seconds_since(t0);
+  ExpertProvider& experts = engine->experts();
+
+  // A fixed pseudo-random prompt (the same for every budget, so runs are comparable).
+  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
+  uint64_t x = 0x243F6A8885A308D3ull ^ o.seed;
+  for (int32_t& t : prompt) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    t = static_cast<int32_t>(x % static_cast<uint64_t>(V));
+  }
+  SessionState session = engine->new_session();
+  std::vector<float> logits(static_cast<size_t>(V));
+  const ExpertStats s0 = experts.stats();
+  t0 = std::chrono::steady_clock::now();
+  engine->forward(session, prompt, logits.data(), /*all_positions=*/false, o.model.chunk);
+  int32_t next = argmax(logits);
+  const double ttft_s = seconds_since(t0);
+  const ExpertStats s1 = experts.stats();
+  tracing->mark_token_end();
+
+  std::vector<double> step_s;
+  std::vector<int32_t> generated{next};
+  for (int64_t i = 0; i < o.gen_tokens; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    engine->forward(session, std::span<const int32_t>(&next, 1), logits.data(), false);
+    next = argmax(logits);
+    step_s.push_back(seconds_since(t0));
+    generated.push_back(next);
+    tracing->mark_token_end();
+  }
+  const ExpertStats s2 = experts.stats();
+  const uint64_t peak_rss = peak_rss_bytes();
+  const SsdProbeResult ssd_after = probe(0.6);
+
+  const ExpertStats prefill = s1 - s0, decode = s2 - s1;
+  double decode_total = 0;
+  for (double s : step_s) decode_total += s;
+  const double G = static_cast<double>(o.gen_tokens);
+  const double decode_s_per_token = decode_total / G;
+  const double ssd_gbps = 0.5 * (ssd_before.gbps() + ssd_after.gbps());
+  const double bytes_per_token = double(decode.bytes_read) / G;
+  const double io_bound_s = ssd_gbps > 0 ? bytes_per_token / (ssd_gbps * 1e9) : 0.0;
+  const bool all_resident = plan.all_resident;
+  const double blocked_per_token = decode.blocked_seconds / G;
+  const double compute_per_token = decode_s_per_token - blocked_per_token;
+  const double floor_s = std::max(io_bound_s, all_resident ? decode_s_per_token : compute_per_token);
+
+  if (!o.trace_out.empty()) save_trace(o.trace_out, tracing->events());
+  ReplayReport rr;
+  if (o.replay && !all_resident) {
+    rr = replay_report(o, probe_ck, plan, tracing->events(), ssd_gbps, store);
+  } else {
+    rr.policies = policy_report(probe_ck, plan, tracing->events());
+  }
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["load_s"] = load_s;
+    j["ttft_s"] = ttft_s;
+    j["prefill_tok_s"] = double(o.prompt_tokens) / ttft_s;
+    j["decode_tok_s"] = G / decode_total;
+    j["hit_rate"] = decode.hit_rate();
+    j["bytes_read_per_token"] = bytes_per_token;
+    j["ssd_gbps_measured"] = ssd_gbps;
+    j["io_bound_s_per_token"] = io_bound_s;
+    j["resident_s_per_token"] = all_resident ? nlohmann::ordered_json(decode_s_per_token) : nlohmann::ordered_json();
+    j["decode_s_per_token"] = decode_s_per_token;
+    j["peak_rss_bytes"] = peak_rss;
+    nlohmann::ordered_json d;
+    d["model"] = o.model.dir;
+    d["prompt_tokens"] = o.prompt_tokens;
+    d["gen_tokens"] = o.gen_tokens;
+    d["threads"] = engine->threads();
+    d["kernels"] = kernels::active_path();
+    d["plan"] = plan.summary();
+    d["budget_bytes"] = plan.budget;
+    d["expert_slots"] = plan.slots;
+    d["total_experts"] = plan.total_experts;
+    d["lookahead"] = o.lookahead;
+    d["decode_s_per_token_median"] = median(step_s);
+    d["decode_blocked_s_per_token"] = blocked_per_token;
+    d["decode_compute_s_per_token"] = compute_per_token;
+    d["decode_vs_floor"] = floor_s > 0 ? decode_s_per_token / floor_s : 0.0;
+    d["decode_vs_io_bound"] = io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0;
+    d["achieved_read_gbps"] = decode.read_gbps();
+    d["ssd_probe_gbps"] = {ssd_before.gbps(), ssd_after.gbps()};
+    d["ssd_probe_direct"] = ssd_before.direct && ssd_after.direct;
+    d["prefill_stats"] = stats_json(prefill);
+    d["decode_stats"] = stats_json(decode);
+    d["policy_hit_rates"] = rr.policies;
+    d["replay"] = rr.replays;
+    d["replay_variants"] = rr.variants;
+    d["generated"] = generated;
+    j["details"] = d;
+    std::puts(j.dump(2).c_str());
+    return 0;
+  }
+  fmt::print("model        {} ({} threads, kernels {})\n", o.model.dir, engine->threads(), kernels::active_path());
+  fmt::print("ssd          {:.2f} GB/s O_DIRECT ({:.2f} before, {:.2f} after{})\n", ssd_gbps, ssd_before.gbps(),
+             ssd_after.gbps(), ssd_before.direct ? "" : "; buffered: O_DIRECT refused");
+  fmt::print("load         {:.2f} s\n", load_s);
+  fmt::print("prefill      {} tokens, TTFT {:.2f} s, {:.2f} tok/s, {:.1f}% hits, {:.2f} GB read\n", o.prompt_tokens,
+             ttft_s, double(o.prompt_tokens) / ttft_s, 100 * prefill.hit_rate(), prefill.bytes_read / 1e9);
+  fmt::print("decode       {} tokens, {:.3f} s/token (median {:.3f}), {:.2f} tok/s\n", o.gen_tokens,
+             decode_s_per_token, median(step_s), G / decode_total);
+  fmt::print("experts      {:.1f}% hits, {:.1f} MB read/token at {:.2f} GB/s achieved, {:.3f} s/token blocked on I/O, "
+             "{} predicted reads ({} unused), {} read on demand\n",
+             100 * decode.hit_rate(), bytes_per_token / 1e6, decode.read_gbps(), blocked_per_token,
+             decode.predicted_reads, decode.predicted_unused, decode.demand_reads);
+  fmt::print("i/o bound    {:.3f} s/token (bytes read / SSD bandwidth); decode / i/o bound = {:.2f}\n", io_bound_s,
+             io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0);
+  fmt::print("compute      {:.3f} s/token (decode minus time blocked on I/O){}\n", compute_per_token,
+             all_resident ? "; every expert resident" : "");
+  fmt::print("peak RSS     {}\n", format_bytes(peak_rss));
+  print_replay(plan, rr);
+  return 0;
+}
+
+}  // namespace dsv4::cli

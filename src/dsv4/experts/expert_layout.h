@@ -1,0 +1,59 @@
+// Where each routed expert's bytes are in the checkpoint and how to read them with
+// O_DIRECT. The six parts of an expert (w1/w3/w2 weight + scale) may sit anywhere, even in
+// different shards; parts that are close together in one shard are read as one window.
+// Every window starts and ends on a 4 KiB boundary and lands 4 KiB-aligned in the slot,
+// so a part's data ends up at (slot + window.slot_offset + part.offset - window.file_offset).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsv4 {
+
+class Checkpoint;
+
+struct ReadWindow {
+  int shard = 0;             // index into ExpertLayout::shard_paths
+  uint64_t file_offset = 0;  // 4 KiB aligned
+  uint64_t length = 0;       // 4 KiB multiple (may run past the end of the file)
+  uint64_t needed = 0;       // bytes from file_offset that must be read (the rest is slack)
+  uint64_t slot_offset = 0;  // 4 KiB aligned destination inside the slot
+};
+
+struct ExpertReadPlan {
+  std::vector<ReadWindow> windows;
+  uint64_t part_offsets[6] = {};  // each part's position in the slot (ExpertLocation order)
+  uint64_t slot_bytes = 0;        // bytes of slot this expert occupies
+  uint64_t read_bytes = 0;        // bytes the windows read
+  uint64_t payload_bytes = 0;     // the six parts' own bytes
+};
+
+class ExpertLayout {
+ public:
+  // Plans every (layer, expert) of every layer in the config (main + MTP).
+  explicit ExpertLayout(const Checkpoint& ck);
+
+  int n_layers() const { return n_layers_; }
+  int n_experts() const { return n_experts_; }
+  const std::vector<std::string>& shard_paths() const { return shard_paths_; }
+  const ExpertReadPlan& plan(int layer, int expert) const {
+    return plans_[static_cast<size_t>(layer) * n_experts_ + expert];
+  }
+  // The largest slot any expert needs: every cache slot has this size.
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  // Bytes the resident provider holds per expert (payload rounded per part).
+  uint64_t max_payload_bytes() const { return max_payload_; }
+
+ private:
+  int n_layers_ = 0, n_experts_ = 0;
+  std::vector<std::string> shard_paths_;
+  std::vector<ExpertReadPlan> plans_;
+  uint64_t slot_bytes_ = 0, max_payload_ = 0;
+};
+
+// Parts of one shard closer than this are read in one window (reading the gap is cheaper
+// than a second request).
+inline constexpr uint64_t kCoalesceGapBytes = 64 << 10;
+
+}  // namespace dsv4

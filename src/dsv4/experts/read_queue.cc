@@ -1,0 +1,307 @@
+#include "dsv4/experts/read_queue.h"
+
+#include <liburing.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace dsv4 {
+namespace {
+
+struct Job {
+  uint64_t tag = 0;
+  std::vector<ReadOp> ops;
+  ReadOutcome outcome;
+};
+
+std::string read_error(const ReadOp& op, uint64_t at, int err) {
+  return fmt::format("{}: expert read of {} bytes at offset {} failed: {}", *op.path, op.length, at,
+                     std::strerror(err));
+}
+
+std::string eof_error(const ReadOp& op, uint64_t at) {
+  return fmt::format("{}: unexpected end of file at offset {} while reading an expert (file truncated?)", *op.path,
+                     at);
+}
+
+void note_refused(Job& job, int shard) {
+  for (int s : job.outcome.refused_direct)
+    if (s == shard) return;
+  job.outcome.refused_direct.push_back(shard);
+}
+
+// ---------------------------------------------------------------------------------------
+// pread workers.
+
+class ThreadReadQueue final : public ReadQueue {
+ public:
+  ThreadReadQueue(int threads, Done done) : done_(std::move(done)) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~ThreadReadQueue() override { stop(); }
+  void stop() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_)
+      if (t.joinable()) t.join();
+  }
+  void submit(uint64_t tag, std::vector<ReadOp> ops) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return;
+      queue_.push_back(Job{tag, std::move(ops), {}});
+    }
+    wake_.notify_one();
+  }
+  const char* name() const override { return "threads"; }
+
+ private:
+  void work() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;  // queued jobs are dropped: their owner is going away
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      for (ReadOp& op : job.ops) {
+        if (!job.outcome.error.empty()) break;
+        read_op(job, op);
+      }
+      done_(job.tag, job.outcome);
+    }
+  }
+
+  static void read_op(Job& job, ReadOp& op) {
+    uint64_t got = 0;
+    while (got < op.needed) {
+      ssize_t n = ::pread(op.fd, op.dst + got, op.length - got, static_cast<off_t>(op.offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL && op.fd != op.buffered_fd) {
+        op.fd = op.buffered_fd;  // the kernel refused O_DIRECT here: read through the page cache
+        note_refused(job, op.shard);
+        continue;
+      }
+      if (n < 0) {
+        job.outcome.error = read_error(op, op.offset + got, errno);
+        return;
+      }
+      if (n == 0) {
+        job.outcome.error = eof_error(op, op.offset + got);
+        return;
+      }
+      got += static_cast<uint64_t>(n);
+    }
+  }
+
+  Done done_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+};
+
+// ---------------------------------------------------------------------------------------
+// io_uring: the I/O thread owns the ring. Submitters append to `incoming_` and poke an
+// eventfd, which the ring itself reads, so the thread only ever sleeps in one place.
+
+class UringReadQueue final : public ReadQueue {
+ public:
+  static std::unique_ptr<UringReadQueue> create(int depth, Done done) {
+    auto q = std::unique_ptr<UringReadQueue>(new UringReadQueue(depth, std::move(done)));
+    if (io_uring_queue_init(static_cast<unsigned>(std::max(8, depth * 8 + 2)), &q->ring_, 0) < 0) return nullptr;
+    q->ring_ready_ = true;
+    q->wake_fd_ = eventfd(0, EFD_CLOEXEC);
+    if (q->wake_fd_ < 0) return nullptr;
+    q->thread_ = std::thread([p = q.get()] { p->run(); });
+    return q;
+  }
+  ~UringReadQueue() override {
+    stop();
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    if (ring_ready_) io_uring_queue_exit(&ring_);
+  }
+  void stop() override {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    poke();
+    thread_.join();
+  }
+  void submit(uint64_t tag, std::vector<ReadOp> ops) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return;
+      incoming_.push_back(std::make_unique<Job>(Job{tag, std::move(ops), {}}));
+    }
+    poke();
+  }
+  const char* name() const override { return "io_uring"; }
+
+ private:
+  struct OpState {
+    Job* job = nullptr;
+    ReadOp* op = nullptr;
+    uint64_t got = 0;
+  };
+  struct Active {
+    std::unique_ptr<Job> job;
+    std::vector<OpState> ops;
+    size_t remaining = 0;
+  };
+
+  UringReadQueue(int depth, Done done) : depth_(depth), done_(std::move(done)) {}
+
+  void poke() {
+    uint64_t one = 1;
+    ssize_t n;
+    do {
+      n = ::write(wake_fd_, &one, sizeof one);
+    } while (n < 0 && errno == EINTR);
+  }
+
+  io_uring_sqe* get_sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (!sqe) {  // ring full: push what is queued to the kernel and retry
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+  void queue_read(OpState* s) {
+    io_uring_sqe* sqe = get_sqe();
+    const ReadOp& op = *s->op;
+    io_uring_prep_read(sqe, op.fd, op.dst + s->got, static_cast<unsigned>(op.length - s->got), op.offset + s->got);
+    io_uring_sqe_set_data(sqe, s);
+    ++in_flight_ops_;
+  }
+
+  void arm_wake() {
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof wake_value_, 0);
+    io_uring_sqe_set_data(sqe, nullptr);
+    wake_armed_ = true;
+  }
+
+  // Handles one finished read; returns true when its op is complete.
+  bool on_result(OpState* s, int res) {
+    ReadOp& op = *s->op;
+    Job& job = *s->job;
+    if (res == -EINTR || res == -EAGAIN) return false;
+    if (res == -EINVAL && op.fd != op.buffered_fd) {
+      op.fd = op.buffered_fd;
+      note_refused(job, op.shard);
+      return false;
+    }
+    if (res < 0) {
+      if (job.outcome.error.empty()) job.outcome.error = read_error(op, op.offset + s->got, -res);
+      return true;
+    }
+    if (res == 0) {
+      if (s->got < op.needed && job.outcome.error.empty()) job.outcome.error = eof_error(op, op.offset + s->got);
+      return true;
+    }
+    s->got += static_cast<uint64_t>(res);
+    return s->got >= op.needed;  // the slack after `needed` may lie past the end of the file
+  }
+
+  void run() {
+    std::list<Active> active;
+    for (;;) {
+      bool stopping;
+      std::deque<std::unique_ptr<Job>> fresh;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping = stop_;
+        while (!stopping && !incoming_.empty() && static_cast<int>(active.size() + fresh.size()) < depth_) {
+          fresh.push_back(std::move(incoming_.front()));
+          incoming_.pop_front();
+        }
+      }
+      if (stopping && in_flight_ops_ == 0) return;
+      for (auto& job : fresh) {
+        active.push_back(Active{std::move(job), {}, 0});
+        Active& a = active.back();
+        a.ops.resize(a.job->ops.size());
+        a.remaining = a.ops.size();
+        for (size_t i = 0; i < a.ops.size(); ++i) {
+          a.ops[i] = OpState{a.job.get(), &a.job->ops[i], 0};
+          queue_read(&a.ops[i]);
+        }
+        if (a.remaining == 0) finish(active, std::prev(active.end()));
+      }
+      if (!wake_armed_ && !stopping) arm_wake();
+      io_uring_submit_and_wait(&ring_, 1);
+      io_uring_cqe* cqe;
+      while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+        auto* s = static_cast<OpState*>(io_uring_cqe_get_data(cqe));
+        const int res = cqe->res;
+        io_uring_cqe_seen(&ring_, cqe);
+        if (!s) {
+          wake_armed_ = false;
+          continue;
+        }
+        --in_flight_ops_;
+        if (!on_result(s, res)) {
+          queue_read(s);
+          continue;
+        }
+        for (auto it = active.begin(); it != active.end(); ++it) {
+          if (it->job.get() == s->job) {
+            if (--it->remaining == 0) finish(active, it);
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  void finish(std::list<Active>& active, std::list<Active>::iterator it) {
+    std::unique_ptr<Job> job = std::move(it->job);
+    active.erase(it);
+    done_(job->tag, job->outcome);
+  }
+
+  const int depth_;
+  Done done_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  int wake_fd_ = -1;
+  uint64_t wake_value_ = 0;
+  bool wake_armed_ = false;
+  int in_flight_ops_ = 0;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::deque<std::unique_ptr<Job>> incoming_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ReadQueue> make_uring_read_queue(int depth, ReadQueue::Done done) {
+  return UringReadQueue::create(depth, std::move(done));
+}
+
+std::unique_ptr<ReadQueue> make_thread_read_queue(int threads, ReadQueue::Done done) {
+  return std::make_unique<ThreadReadQueue>(threads, std::move(done));
+}
+
+}  // namespace dsv4

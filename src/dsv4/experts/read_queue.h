@@ -1,0 +1,49 @@
+// Asynchronous reads of expert windows into cache slots, with a few requests in flight.
+// Two implementations: io_uring (one I/O thread owns the ring) and a small pool of pread
+// threads (the fallback where io_uring cannot be set up). Completions are reported through
+// a callback on the queue's own thread; the callback may submit more work.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dsv4 {
+
+struct ReadOp {
+  int fd = -1;           // descriptor to read (O_DIRECT when the filesystem allows it)
+  int buffered_fd = -1;  // fallback if the kernel refuses the direct read (EINVAL)
+  int shard = 0;         // for reporting
+  const std::string* path = nullptr;
+  uint64_t offset = 0;   // aligned for O_DIRECT
+  uint64_t length = 0;   // aligned; may run past the end of the file
+  uint64_t needed = 0;   // the read is complete once this many bytes arrived
+  uint8_t* dst = nullptr;
+};
+
+struct ReadOutcome {
+  std::string error;                 // empty on success; else one line naming the shard
+  std::vector<int> refused_direct;   // shards whose O_DIRECT read was refused (fell back)
+};
+
+class ReadQueue {
+ public:
+  using Done = std::function<void(uint64_t tag, const ReadOutcome& outcome)>;
+  virtual ~ReadQueue() = default;
+  // Queues a job (all its ops); `done` runs once every op finished. Never blocks on I/O.
+  virtual void submit(uint64_t tag, std::vector<ReadOp> ops) = 0;
+  // Waits for the reads in flight, drops queued jobs and joins the queue's threads. Jobs
+  // submitted afterwards (e.g. from a completion callback) are ignored. Idempotent; the
+  // destructor calls it.
+  virtual void stop() = 0;
+  virtual const char* name() const = 0;
+};
+
+// io_uring with up to `depth` jobs in flight; null if io_uring cannot be set up here.
+std::unique_ptr<ReadQueue> make_uring_read_queue(int depth, ReadQueue::Done done);
+// `threads` pread workers, one job each at a time.
+std::unique_ptr<ReadQueue> make_thread_read_queue(int threads, ReadQueue::Done done);
+
+}  // namespace dsv4

@@ -1,0 +1,60 @@
+// Synthetic checkpoints in the official hub format (config.json, generation_config.json,
+// model.safetensors.index.json + shards), so the engine can be measured at real scale
+// without the 160 GB download, and a small deterministic demo model with a tokenizer.
+//
+// Defaults are V4 Flash's real per-layer geometry; only the layer count (and optionally
+// the expert count and a few widths) shrink. Codes and scales are random but valid: FP8
+// codes never NaN, E8M0 scales sized so every linear keeps unit-RMS activations unit-RMS,
+// which keeps the forward pass finite and sane through any number of layers.
+// The same options (seed included) give byte-identical files.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dsv4 {
+
+struct SynthOptions {
+  std::string out;  // directory (created if missing; files in it are overwritten)
+  int layers = 4;
+  int experts = 256;
+  int experts_per_token = 6;
+  int64_t hidden = 4096;
+  int heads = 64;
+  int head_dim = 512;
+  int rope_dim = 64;
+  int q_lora = 1024;
+  int o_groups = 8;
+  int o_lora = 1024;
+  int moe_inter = 2048;
+  int64_t vocab = 129280;
+  int sliding_window = 128;
+  int index_heads = 64;
+  int index_head_dim = 128;
+  int index_topk = 512;
+  int hash_layers = -1;  // -1: the real 3 of 43, scaled to `layers` (at least 1 when layers >= 2)
+  std::vector<int> compress_ratios;  // empty: the real schedule's proportions (see synth.cc)
+  int mtp_layers = 0;    // the real checkpoint has 1; its experts are never used by the forward pass
+  uint64_t shard_bytes = 4ull << 30;
+  uint64_t seed = 1;
+  bool tokenizer = false;  // also write tokenizer.json + tokenizer_config.json (needs vocab >= 256 + 16 + merges)
+  int bpe_merges = 0;      // with tokenizer: merges to learn (vocab = 256 + merges + 16 specials)
+  bool drop_page_cache = true;  // fdatasync + FADV_DONTNEED each shard after writing it
+};
+
+// The demo model: hidden 512, 6 layers (SWA, SWA, CSA, HCA, CSA, HCA; 3 hash layers as in
+// the real model), 32 experts, vocab 1024 with a byte-level BPE tokenizer. About 90 MB.
+SynthOptions demo_synth_options(const std::string& out);
+
+// Progress: called after each shard with (bytes written so far, total bytes).
+using SynthProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Writes the checkpoint. Throws Error naming the option or file at fault.
+void synthesize(const SynthOptions& o, const SynthProgress& progress = nullptr);
+
+// The config.json text synthesize() writes for these options (for tests and planning).
+std::string synth_config_json(const SynthOptions& o);
+
+}  // namespace dsv4

@@ -1,0 +1,489 @@
+// The SSD expert store: bit-identical results at every budget, the cache's invariants
+// (bytes equal the checkpoint's, pinned experts stay, read errors name the shard), the
+// planner and --ram, and peak RSS within the budget.
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv4/experts/expert_layout.h"
+#include "dsv4/experts/expert_store.h"
+#include "dsv4/experts/planner.h"
+#include "dsv4/experts/read_queue.h"
+#include "dsv4/io/checkpoint.h"
+#include "dsv4/io/schema.h"
+#include "dsv4/model/engine.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/memory.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using kernels::Numerics;
+using test::fixture;
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+std::vector<int32_t> ids(const nlohmann::json& a) { return a.get<std::vector<int32_t>>(); }
+
+int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// A budget "min", "middle" (half the experts cached) or "all".
+std::string budget(const std::string& dir, const std::string& which) {
+  if (which == "min") return "min";
+  Checkpoint ck = Checkpoint::open(dir);
+  const MemoryPlan min = plan_memory(ck, parse_ram("min"), WorkloadShape{});
+  if (which == "middle") return std::to_string(min.minimum_budget + uint64_t(min.total_experts / 2) * min.slot_bytes);
+  return "64G";
+}
+
+struct Budgeted {
+  std::string fixture, budget;
+  IoBackend backend;
+  bool direct;
+  ExpertLookahead lookahead = ExpertLookahead::kExact;
+};
+
+void PrintTo(const Budgeted& b, std::ostream* os) { *os << b.fixture << " at " << b.budget; }
+
+std::unique_ptr<Engine> open_budgeted(const Budgeted& b) {
+  EngineOptions o;
+  o.numerics = Numerics::kReference;
+  o.threads = 1;  // one compute thread: the tests stay fast on a loaded 2-core machine
+  o.ram = budget(fixture(b.fixture), b.budget);
+  o.store.backend = b.backend;
+  o.store.direct_io = b.direct;
+  o.lookahead = b.lookahead;
+  o.print_plan = false;
+  return Engine::open(fixture(b.fixture), o);
+}
+
+// What every budgeted run is compared with: all experts resident, same chunking.
+struct Baseline {
+  std::vector<std::vector<float>> sequences;  // teacher-forced logits
+  std::vector<std::vector<float>> greedy;     // logits of each greedy step
+  std::vector<std::vector<int32_t>> greedy_tokens;
+};
+
+struct Workload {
+  std::vector<std::vector<int32_t>> sequences;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> want_tokens;  // the reference's greedy continuations
+  int64_t chunk = 7;
+  int steps = 12;
+};
+
+Workload workload(const std::string& name) {
+  nlohmann::json ref = nlohmann::json::parse(test::read_file(fixture(name) + "/reference.json"));
+  Workload w;
+  if (name == "flashlike") {
+    w.sequences.push_back(ids(ref["sequences"][1]["tokens"]));  // 301 tokens
+    w.chunk = 64;
+    for (int g : {1, 2}) {
+      w.prompts.push_back(ids(ref["greedy"][g]["prompt"]));
+      w.want_tokens.push_back(ids(ref["greedy"][g]["new_tokens"]));
+    }
+  } else {
+    for (const auto& s : ref["sequences"]) w.sequences.push_back(ids(s["tokens"]));
+    for (int g : {0, 4}) {
+      w.prompts.push_back(ids(ref["greedy"][g]["prompt"]));
+      w.want_tokens.push_back(ids(ref["greedy"][g]["new_tokens"]));
+    }
+  }
+  return w;
+}
+
+Baseline run(Engine& e, const Workload& w) {
+  Baseline b;
+  const int64_t V = e.config().vocab_size;
+  for (const auto& tokens : w.sequences) {
+    std::vector<float> out(tokens.size() * V);
+    SessionState s = e.new_session();
+    e.forward(s, tokens, out.data(), true, w.chunk);
+    b.sequences.push_back(std::move(out));
+  }
+  for (const auto& prompt : w.prompts) {
+    SessionState s = e.new_session();
+    std::vector<float> logits(V), all;
+    std::vector<int32_t> tokens;
+    e.forward(s, prompt, logits.data(), false, w.chunk);
+    for (int i = 0; i < w.steps; ++i) {
+      all.insert(all.end(), logits.begin(), logits.end());
+      int32_t next = argmax(logits);
+      tokens.push_back(next);
+      e.forward(s, std::span<const int32_t>(&next, 1), logits.data(), false);
+    }
+    b.greedy.push_back(std::move(all));
+    b.greedy_tokens.push_back(std::move(tokens));
+  }
+  return b;
+}
+
+const Baseline& resident_baseline(const std::string& name) {
+  static std::map<std::string, Baseline> cache;
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  EngineOptions o;
+  o.numerics = Numerics::kReference;
+  o.threads = 1;  // one compute thread: the tests stay fast on a loaded 2-core machine
+  auto e = Engine::open(fixture(name), o);
+  return cache[name] = run(*e, workload(name));
+}
+
+class ExpertStoreBitExact : public ::testing::TestWithParam<Budgeted> {};
+
+// Logits and greedy tokens bit-identical to the all-resident engine at the minimum budget
+// and in the middle, with either read queue, with buffered reads, and whatever the lookahead
+// guesses.
+TEST_P(ExpertStoreBitExact, SameBitsAsResident) {
+  const Budgeted& b = GetParam();
+  const Workload w = workload(b.fixture);
+  const Baseline& want = resident_baseline(b.fixture);
+  auto engine = open_budgeted(b);
+  ASSERT_TRUE(engine->memory_plan().has_value());
+  ASSERT_FALSE(engine->memory_plan()->all_resident);
+  const Baseline got = run(*engine, w);
+  for (size_t i = 0; i < want.sequences.size(); ++i) {
+    ASSERT_EQ(got.sequences[i].size(), want.sequences[i].size());
+    EXPECT_EQ(std::memcmp(got.sequences[i].data(), want.sequences[i].data(), want.sequences[i].size() * 4), 0)
+        << "sequence " << i;
+  }
+  for (size_t g = 0; g < want.greedy.size(); ++g) {
+    EXPECT_EQ(got.greedy_tokens[g], want.greedy_tokens[g]) << "greedy " << g;
+    for (int i = 0; i < w.steps; ++i) EXPECT_EQ(got.greedy_tokens[g][i], w.want_tokens[g][i]) << "greedy " << g;
+    EXPECT_EQ(std::memcmp(got.greedy[g].data(), want.greedy[g].data(), want.greedy[g].size() * 4), 0)
+        << "greedy " << g;
+  }
+  const ExpertStats s = engine->experts().stats();
+  EXPECT_GT(s.reads, 0u);
+  EXPECT_EQ(s.hits + s.misses, s.requests);
+  EXPECT_LE(s.misses, s.reads);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Budgets, ExpertStoreBitExact,
+    ::testing::Values(Budgeted{"tiny-a", "min", IoBackend::kUring, true},
+                      Budgeted{"tiny-a", "middle", IoBackend::kThreads, true},
+                      Budgeted{"tiny-a", "min", IoBackend::kThreads, false},
+                      Budgeted{"flashlike", "min", IoBackend::kAuto, true, ExpertLookahead::kAll},
+                      Budgeted{"flashlike", "middle", IoBackend::kUring, true},
+                      Budgeted{"tiny-a", "min", IoBackend::kUring, true, ExpertLookahead::kOff}),
+    [](const auto& info) {
+      const Budgeted& b = info.param;
+      std::string name = b.fixture + "_" + b.budget + "_" + (b.backend == IoBackend::kThreads ? "threads" : "uring") +
+                         (b.direct ? "" : "_buffered") +
+                         (b.lookahead == ExpertLookahead::kAll   ? "_lookahead_all"
+                          : b.lookahead == ExpertLookahead::kOff ? "_no_lookahead"
+                                                                 : "");
+      for (char& ch : name)
+        if (ch == '-') ch = '_';
+      return name;
+    });
+
+// Every expert's six parts, read through the store (including the expert whose weight and
+// scale sit in different shards), equal the checkpoint's bytes.
+TEST(ExpertStore, BytesMatchCheckpoint) {
+  for (const char* name : {"tiny-a", "flashlike"}) {
+    for (IoBackend backend : {IoBackend::kUring, IoBackend::kThreads}) {
+      Checkpoint ck = Checkpoint::open(fixture(name));
+      ExpertStoreOptions o;
+      o.slots = 3;
+      o.backend = backend;
+      ExpertStore store(ck, o);
+      const ModelConfig& c = ck.config();
+      for (int l = 0; l < static_cast<int>(c.layers.size()); ++l) {
+        for (int e = 0; e < c.n_routed_experts; ++e) {
+          const ExpertWeights& w = store.acquire(l, e);
+          const ExpertLocation loc = locate_expert(ck, l, e);
+          const kernels::Matrix* m[3] = {&w.w1, &w.w3, &w.w2};
+          for (int part = 0; part < 6; ++part) {
+            std::vector<uint8_t> want(loc.parts[part].bytes);
+            loc.parts[part].shard->file().read_exact(want.data(), want.size(), loc.parts[part].offset);
+            const kernels::Matrix& mat = *m[part / 2];
+            const uint8_t* got = part % 2 ? mat.scales : static_cast<const uint8_t*>(mat.data);
+            ASSERT_EQ(std::memcmp(got, want.data(), want.size()), 0) << name << " layer " << l << " expert " << e;
+          }
+          store.release(l, e);
+        }
+      }
+      EXPECT_EQ(store.stats().misses, uint64_t(c.layers.size()) * c.n_routed_experts);
+    }
+  }
+}
+
+// The split expert of the fixture is read as one window per shard.
+TEST(ExpertStore, LayoutSplitsWindowsAcrossShards) {
+  Checkpoint ck = Checkpoint::open(fixture("flashlike"));
+  ExpertLayout layout(ck);
+  const ExpertReadPlan& split = layout.plan(3, 8);
+  ASSERT_EQ(split.windows.size(), 2u);
+  EXPECT_NE(split.windows[0].shard, split.windows[1].shard);
+  for (const ReadWindow& w : split.windows) {
+    EXPECT_EQ(w.file_offset % kDirectAlign, 0u);
+    EXPECT_EQ(w.length % kDirectAlign, 0u);
+    EXPECT_EQ(w.slot_offset % kDirectAlign, 0u);
+    EXPECT_LE(w.needed, w.length);
+  }
+  EXPECT_EQ(layout.plan(0, 0).windows.size(), 1u);  // contiguous parts: one read
+  EXPECT_LE(split.slot_bytes, layout.slot_bytes());
+}
+
+// Acquired experts are never evicted; with every slot pinned a new expert is refused
+// instead of hanging or evicting.
+TEST(ExpertStore, PinnedExpertsAreNeverEvicted) {
+  Checkpoint ck = Checkpoint::open(fixture("tiny-a"));
+  ExpertStoreOptions o;
+  o.slots = 2;
+  ExpertStore store(ck, o);
+  const ExpertWeights& a = store.acquire(0, 0);
+  const ExpertWeights& b = store.acquire(0, 1);
+  std::vector<uint8_t> a_bytes(static_cast<const uint8_t*>(a.w1.data),
+                               static_cast<const uint8_t*>(a.w1.data) + a.w1.data_bytes());
+  const int other[] = {2, 3, 4};
+  store.predict(1, other);   // guesses may not take pinned slots
+  store.prefetch(1, other);  // nor may needed experts
+  try {
+    store.acquire(0, 2);
+    FAIL() << "acquire with every slot pinned must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("all 2 expert slots are pinned"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(std::memcmp(a.w1.data, a_bytes.data(), a_bytes.size()), 0);
+  store.release(0, 1);
+  const ExpertWeights& c = store.acquire(0, 2);  // takes b's slot, not a's
+  EXPECT_EQ(std::memcmp(a.w1.data, a_bytes.data(), a_bytes.size()), 0);
+  EXPECT_NE(c.w1.data, a.w1.data);
+  (void)b;
+  store.release(0, 2);
+  store.release(0, 0);
+  EXPECT_THROW(store.release(0, 0), Error);   // not acquired any more
+  EXPECT_THROW(store.acquire(99, 0), Error);  // no such layer
+}
+
+// Hits are reuses of cached experts; misses are experts read for the request.
+TEST(ExpertStore, CountsHitsMissesAndBytes) {
+  Checkpoint ck = Checkpoint::open(fixture("tiny-a"));
+  ExpertLayout layout(ck);
+  ExpertStoreOptions o;
+  o.slots = 4;
+  ExpertStore store(ck, o);
+  for (int round = 0; round < 3; ++round) {
+    for (int e : {0, 1, 2}) {
+      store.acquire(2, e);
+      store.release(2, e);
+    }
+  }
+  const ExpertStats s = store.stats();
+  EXPECT_EQ(s.requests, 9u);
+  EXPECT_EQ(s.misses, 3u);
+  EXPECT_EQ(s.hits, 6u);
+  EXPECT_EQ(s.reads, 3u);
+  EXPECT_EQ(s.demand_reads, 3u);
+  EXPECT_EQ(s.bytes_read, layout.plan(2, 0).read_bytes + layout.plan(2, 1).read_bytes + layout.plan(2, 2).read_bytes);
+  EXPECT_GT(s.read_seconds, 0.0);
+  const ExpertStats d = s - s;
+  EXPECT_EQ(d.requests, 0u);
+}
+
+// A shard that goes bad after opening: the read error names the shard, the store stays
+// usable for other experts and shuts down cleanly.
+TEST(ExpertStore, ReadErrorNamesTheShard) {
+  for (IoBackend backend : {IoBackend::kUring, IoBackend::kThreads}) {
+    test::TempDir tmp;
+    const std::string dir = tmp / "ck";
+    test::copy_dir(fixture("tiny-a"), dir);
+    Checkpoint ck = Checkpoint::open(dir);
+    const ExpertLocation loc = locate_expert(ck, 4, 0);
+    const std::string shard = loc.parts[0].shard->path();
+    ExpertStoreOptions o;
+    o.slots = 3;
+    o.backend = backend;
+    ExpertStore store(ck, o);
+    ASSERT_EQ(::truncate(shard.c_str(), 4096), 0);
+    try {
+      store.acquire(4, 0);
+      FAIL() << "reading a truncated shard must throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(shard), std::string::npos) << e.what();
+    }
+    // An expert in another shard still loads.
+    Checkpoint fresh = Checkpoint::open(fixture("tiny-a"));
+    for (int l = 0; l < 6; ++l) {
+      if (locate_expert(fresh, l, 0).parts[0].shard->path().find(std::filesystem::path(shard).filename().string()) ==
+          std::string::npos) {
+        store.acquire(l, 0);
+        store.release(l, 0);
+        break;
+      }
+    }
+  }
+}
+
+// A direct read the kernel refuses (EINVAL: here a misaligned buffer) is retried through
+// the page cache and reported, so the store can say so once and switch that shard over.
+TEST(ReadQueue, FallsBackToBufferedWhenDirectIsRefused) {
+  const std::string path = Checkpoint::open(fixture("tiny-a")).shards()[0]->path();
+  File buffered = File::open_read(path);
+  File direct = File::open_direct(path);
+  if (!direct.valid()) GTEST_SKIP() << "no O_DIRECT on this filesystem";
+  std::vector<uint8_t> want(8192);
+  buffered.read_exact(want.data(), want.size(), 4096);
+  for (bool uring : {true, false}) {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    ReadOutcome got;
+    auto on_done = [&](uint64_t, const ReadOutcome& o) {
+      std::lock_guard<std::mutex> lock(mutex);
+      got = o;
+      done = true;
+      cv.notify_all();
+    };
+    std::unique_ptr<ReadQueue> q = uring ? make_uring_read_queue(2, on_done) : make_thread_read_queue(2, on_done);
+    ASSERT_NE(q, nullptr);
+    AlignedBuffer buffer(3 * 4096);
+    ReadOp op;
+    op.fd = direct.fd();
+    op.buffered_fd = buffered.fd();
+    op.shard = 7;
+    op.path = &path;
+    op.offset = 4096;
+    op.length = op.needed = 8192;
+    op.dst = buffer.data() + 1;  // misaligned: O_DIRECT says EINVAL
+    q->submit(1, {op});
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return done; });
+    EXPECT_EQ(got.error, "") << q->name();
+    ASSERT_EQ(got.refused_direct, std::vector<int>{7}) << q->name();
+    EXPECT_EQ(std::memcmp(buffer.data() + 1, want.data(), want.size()), 0) << q->name();
+  }
+}
+
+TEST(Planner, ParsesRamSizes) {
+  EXPECT_EQ(parse_ram("512M").bytes, 512ull << 20);
+  EXPECT_EQ(parse_ram("24G").bytes, 24ull << 30);
+  EXPECT_EQ(parse_ram("1.5G").bytes, 3ull << 29);
+  EXPECT_EQ(parse_ram("2GiB").bytes, 2ull << 30);
+  EXPECT_EQ(parse_ram("min").kind, RamRequest::Kind::kMinimum);
+  EXPECT_EQ(parse_ram("").kind, RamRequest::Kind::kDefault);
+  for (const char* bad : {"abc", "-1G", "1X", "0", "12", "G", "1.5.G", " 1G"}) {
+    try {
+      parse_ram(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--ram"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Planner, SlotsFromTheBudget) {
+  Checkpoint ck = Checkpoint::open(fixture("flashlike"));
+  const WorkloadShape w;
+  const MemoryPlan min = plan_memory(ck, parse_ram("min"), w);
+  EXPECT_FALSE(min.all_resident);
+  EXPECT_EQ(min.slots, 2 * ck.config().n_experts_per_token);
+  EXPECT_EQ(min.budget, min.minimum_budget);
+  EXPECT_LE(min.projected_peak(), min.budget);
+  EXPECT_EQ(min.total_experts, int64_t(ck.config().layers.size()) * ck.config().n_routed_experts);
+
+  const MemoryPlan mid = plan_memory(ck, parse_ram(std::to_string(min.budget + 40 * min.slot_bytes)), w);
+  EXPECT_EQ(mid.slots, min.slots + 40);
+  EXPECT_LE(mid.projected_peak(), mid.budget);
+
+  const MemoryPlan all = plan_memory(ck, parse_ram("4G"), w);
+  EXPECT_TRUE(all.all_resident);
+  const std::string line = all.summary();
+  EXPECT_NE(line.find("ram plan: budget 4.00 GiB"), std::string::npos) << line;
+  EXPECT_NE(line.find("resident"), std::string::npos) << line;
+
+  try {
+    plan_memory(ck, parse_ram(std::to_string(min.budget - 1)), w);
+    FAIL() << "a budget below the minimum must be refused";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--ram"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("below the minimum of " + format_bytes(min.minimum_budget)), std::string::npos) << msg;
+  }
+  // A longer context needs a bigger reserve.
+  WorkloadShape long_ctx;
+  long_ctx.context_tokens = 1 << 20;
+  EXPECT_GT(plan_memory(ck, parse_ram("min"), long_ctx).reserve_bytes, min.reserve_bytes);
+}
+
+// --ram on the commands that load a model: the plan line, the refusal, identical output.
+TEST(Planner, RamFlagOnCommands) {
+  const std::string model = fixture("tiny-a");
+  auto resident = test::run_dsv4("generate -m " + model + " --tokens 496,10,20,30 -n 6 --greedy --print-ids --ram 4G");
+  ASSERT_EQ(resident.exit_code, 0) << resident.err;
+  EXPECT_NE(resident.err.find("experts all 56 resident"), std::string::npos) << resident.err;
+  for (const char* io : {"uring", "threads"}) {
+    auto streamed = test::run_dsv4("generate -m " + model + " --tokens 496,10,20,30 -n 6 --greedy --print-ids --ram min --io " + io);
+    ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+    EXPECT_EQ(streamed.out, resident.out);
+    size_t plans = 0;
+    for (size_t p = streamed.err.find("ram plan"); p != std::string::npos; p = streamed.err.find("ram plan", p + 1)) ++plans;
+    EXPECT_EQ(plans, 1u) << streamed.err;
+    EXPECT_NE(streamed.err.find("experts 6 of 56 slots"), std::string::npos) << streamed.err;
+    EXPECT_NE(streamed.err.find("dsv4: stats: experts"), std::string::npos) << streamed.err;
+  }
+  auto low = test::run_dsv4("generate -m " + model + " --tokens 1,2 -n 1 --ram 8M");
+  EXPECT_EQ(low.exit_code, 1);
+  EXPECT_NE(low.err.find("--ram: a budget of 8.0 MiB"), std::string::npos) << low.err;
+  EXPECT_NE(low.err.find("below the minimum"), std::string::npos) << low.err;
+  auto bad = test::run_dsv4("score -m " + model + " --tokens-file /dev/null --logits-out /dev/null --ram lots");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--ram \"lots\""), std::string::npos) << bad.err;
+}
+
+// Peak RSS of a real run stays within the budget: a synthetic checkpoint of ~400 MB run
+// with a 200 MiB budget (the plan's reserve covers the process itself; no extra allowance).
+TEST(ExpertStoreMemory, PeakRssWithinBudget) {
+  if (kAsan) GTEST_SKIP() << "ASan's shadow memory and quarantine are not part of any budget";
+  test::TempDir tmp;
+  const std::string dir = tmp / "synth";
+  auto synth = test::run_dsv4("synth --quiet --out " + dir +
+                              " --layers 2 --experts 64 --hidden 1024 --moe-inter 2048 --heads 4 --head-dim 128"
+                              " --rope-dim 32 --q-lora 256 --o-groups 2 --o-lora 128 --index-heads 4"
+                              " --index-head-dim 64 --index-topk 32 --vocab 2048");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  uint64_t total = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) total += f.file_size();
+  ASSERT_GT(total, 400ull << 20);
+  const uint64_t budget = 200ull << 20;
+  auto r = test::run_dsv4("generate -m " + dir + " --tokens 5,6,7,8,9,10,11,12 -n 4 --greedy --print-ids --ram 200M");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t at = r.err.find("peak RSS ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const double value = std::stod(r.err.substr(at + 9));
+  const std::string unit = r.err.substr(r.err.find(' ', at + 9) + 1, 3);
+  const double rss = value * (unit == "GiB" ? double(1ull << 30) : unit == "MiB" ? double(1ull << 20) : 1024.0);
+  std::printf("peak RSS %.1f MiB with a %llu MiB budget on a %.0f MiB checkpoint\n", rss / (1 << 20),
+              (unsigned long long)(budget >> 20), total / double(1 << 20));
+  EXPECT_LE(rss, double(budget)) << r.err;
+  EXPECT_NE(r.err.find("slots"), std::string::npos) << r.err;  // streamed, not resident
+}
+
+}  // namespace
+}  // namespace dsv4
