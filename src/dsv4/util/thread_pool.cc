@@ -14,9 +14,21 @@
 
 namespace dsv4 {
 namespace {
-// About 50 µs of spinning: longer than the gap between the loops of one token's forward
-// pass, far shorter than the gap between tokens of an idle server.
+// Idle workers poll for about 50 µs (longer than the gap between the loops of one token's
+// forward pass, far shorter than the gap between tokens of an idle server), then sleep.
 constexpr int kSpinIterations = 20000;
+// After this many pause-polls a waiting thread yields its core instead: when the machine has
+// more runnable threads than cores, the thread we wait for may need this very core, and pure
+// spinning would stall it for a whole scheduler time slice on every loop.
+constexpr int kPauseIterations = 1000;
+
+inline void backoff(int i) {
+  if (i < kPauseIterations) {
+    DSV4_CPU_RELAX();
+  } else {
+    std::this_thread::yield();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -49,7 +61,7 @@ void ThreadPool::worker_loop() {
         have_job = true;
         break;
       }
-      DSV4_CPU_RELAX();
+      backoff(i);
     }
     if (!have_job) {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -81,7 +93,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   }
   wake_.notify_all();
   run_chunks();
-  while (unfinished_.load(std::memory_order_acquire) != 0) DSV4_CPU_RELAX();
+  for (int i = 0; unfinished_.load(std::memory_order_acquire) != 0; ++i) backoff(i);
   body_ = nullptr;
 }
 
