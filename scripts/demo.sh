@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Sets everything up, builds dsv4 and runs the main job. With no model directory it uses
-# a small checkpoint in the official format.
+# Sets everything up, builds dsv4 and runs the main job: one streamed answer from
+#   scripts/demo.sh [MODEL_DIR] [PROMPT]
+# With no model directory it uses the built-in demo model (random weights, created on first
+# use), so it works on a fresh machine without the 160 GB download.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build/release dsv4 >&2
-model=${1:-../shared/fixtures/tiny-a}
-exec build/release/dsv4 inspect "$model"
+model=()
+if [[ $# -ge 1 && -n "$1" ]]; then model=(-m "$1"); fi
+prompt=${2:-"Tell me about the lighthouse keeper and his cat."}
+exec build/release/dsv4 run "${model[@]}" --max-tokens 64 "$prompt"
