@@ -57,8 +57,14 @@ async function blockedRound() {
   const blocker = new AbortController();
   const stream = await chat({ stream: true, ignore_eos: true, max_tokens: 1000000, signal: blocker.signal });
   const reader = stream.body.getReader();
-  await reader.read();  // the stream has started: the blocker holds the engine
-  assert.equal((await health()).running, true);
+  await reader.read();  // the stream has started; the worker may not have picked it up yet
+  // The first chunk can be sent while the blocker still waits in the queue for the worker
+  // thread, so wait until the engine is really running it.
+  const started = Date.now() + 30000;
+  for (let h = await health(); !(h.running && h.queue_depth === 0); h = await health()) {
+    assert.ok(Date.now() < started, `the blocker never started: ${JSON.stringify(h)}`);
+    await sleep(5);
+  }
 
   let settled = 0;
   const requests = Array.from({ length: CLIENTS }, () => chat().then(outcome).finally(() => ++settled));
