@@ -103,19 +103,48 @@ static void axpy(float a, const float* x, float* y, int64_t n) {
 // ---------------------------------------------------------------------------------------
 // Fast-mode activation quantization (definition: kd::quantize_block_ref).
 
-static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1, int8_t* qall,
-                          uint8_t* uall, float* dall, int32_t* q12all) {
+// Four int32 vectors (32 values in [-128, 127], in order) -> 32 int8 in order.
+static inline __m256i pack_i32x4_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));  // lane-interleaved
+  // packs work per 128-bit lane: undo the interleave (dwords 0,4,1,5,2,6,3,7).
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline int32_t hsum_epi32(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  return _mm_cvtsi128_si32(h);
+}
+
+static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1,
+                          const kd::QuantPlanes& out) {
   const int64_t nb = ceil_div(cols, kd::kQBlock);
-  Buf<int8_t> nat(pc);
+  Buf<int8_t> nat(2 * pc);  // natural column order: high plane at [0, pc), low plane at [pc, 2 pc)
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i lim = _mm256_set1_epi32(kd::kQMax), nlim = _mm256_set1_epi32(-kd::kQMax),
+                half = _mm256_set1_epi32(128);
   for (int64_t i = i0; i < i1; ++i) {
     const float* x = xall + i * cols;
-    float* d = dall + i * nb;
-    for (int64_t c = 0; c < pc; ++c) nat[c] = 0;
+    float* d = out.d + i * nb;
+    int32_t* q12 = out.qsum12 + i * nb;
+    int8_t* nhi = nat.data();
+    int8_t* nlo = nat.data() + pc;
+    for (int64_t c = 0; c < 2 * pc; ++c) nat[c] = 0;
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + b * 32;
+      q12[b] = 0;
       if ((b + 1) * 32 > cols) {
-        kd::quantize_block_ref(xb, static_cast<int>(cols - b * 32), nat.data() + b * 32, &d[b]);
+        const int len = static_cast<int>(cols - b * 32);
+        int32_t blk[32];
+        kd::quantize_block_ref(xb, len, blk, &d[b]);
+        int32_t sum = 0;
+        for (int k = 0; k < len; ++k) {
+          nhi[b * 32 + k] = kd::q_hi(blk[k]);
+          nlo[b * 32 + k] = kd::q_lo(blk[k]);
+          sum += blk[k];
+        }
+        q12[b] = 12 * sum;
         continue;
       }
       __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8), v2 = _mm256_loadu_ps(xb + 16),
@@ -133,46 +162,43 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
       std::memcpy(&amax, &amax_bits, 4);
       if (amax_bits >= 0x7f800000u) {
         d[b] = std::numeric_limits<float>::quiet_NaN();
-        continue;  // q stays 0
+        continue;  // Q stays 0
       }
-      float dd = amax / 127.0f;
+      float dd = amax / static_cast<float>(kd::kQMax);
       d[b] = dd;
       if (dd == 0.0f) continue;
-      __m256 vd = _mm256_set1_ps(dd);
-      const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
-      auto qz = [&](__m256 v) {
-        __m256i q = _mm256_cvtps_epi32(_mm256_div_ps(v, vd));
-        return _mm256_max_epi32(_mm256_min_epi32(q, lim), nlim);
-      };
-      __m256i q0 = qz(v0), q1 = qz(v1), q2 = qz(v2), q3 = qz(v3);
-      __m256i p01 = _mm256_packs_epi32(q0, q1), p23 = _mm256_packs_epi32(q2, q3);  // lane-interleaved
-      __m256i p = _mm256_packs_epi16(p01, p23);
-      // packs work per 128-bit lane: undo the interleave (dwords 0,4,1,5,2,6,3,7).
-      p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nat.data() + b * 32), p);
+      const __m256 vd = _mm256_set1_ps(dd);
+      __m256i qv[4] = {_mm256_cvtps_epi32(_mm256_div_ps(v0, vd)), _mm256_cvtps_epi32(_mm256_div_ps(v1, vd)),
+                       _mm256_cvtps_epi32(_mm256_div_ps(v2, vd)), _mm256_cvtps_epi32(_mm256_div_ps(v3, vd))};
+      __m256i hi[4], lo[4];
+      for (int k = 0; k < 4; ++k) {
+        qv[k] = _mm256_max_epi32(_mm256_min_epi32(qv[k], lim), nlim);
+        hi[k] = _mm256_srai_epi32(_mm256_add_epi32(qv[k], half), 8);
+        lo[k] = _mm256_sub_epi32(qv[k], _mm256_slli_epi32(hi[k], 8));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nhi + b * 32), pack_i32x4_i8(hi[0], hi[1], hi[2], hi[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nlo + b * 32), pack_i32x4_i8(lo[0], lo[1], lo[2], lo[3]));
+      q12[b] = 12 * hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(qv[0], qv[1]), _mm256_add_epi32(qv[2], qv[3])));
     }
     // Natural order -> per 64-column span: 32 even columns, then 32 odd columns.
-    int8_t* q = qall + i * pc;
-    uint8_t* u = uall + i * pc;
     const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
                                            10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    for (int64_t s = 0; s < pc; s += 64) {
-      __m256i a = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(nat.data() + s)), split);
-      __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(nat.data() + s + 32)), split);
-      a = _mm256_permute4x64_epi64(a, 0xd8);  // [E0-14, E16-30, O1-15, O17-31]
-      b = _mm256_permute4x64_epi64(b, 0xd8);
-      __m256i ev = _mm256_permute2x128_si256(a, b, 0x20), od = _mm256_permute2x128_si256(a, b, 0x31);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s), ev);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s + 32), od);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s), _mm256_xor_si256(ev, flip));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s + 32), _mm256_xor_si256(od, flip));
-    }
-    int32_t* q12 = q12all + i * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t sum = 0;
-      for (int k = 0; k < 32; ++k) sum += nat[b * 32 + k];
-      q12[b] = 12 * sum;
+    for (int plane = 0; plane < 2; ++plane) {
+      const int8_t* src = plane ? nlo : nhi;
+      int8_t* q = (plane ? out.ql : out.q) + i * pc;
+      uint8_t* u = (plane ? out.ul : out.u) + i * pc;
+      for (int64_t s = 0; s < pc; s += 64) {
+        __m256i a = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + s)), split);
+        __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + s + 32)), split);
+        a = _mm256_permute4x64_epi64(a, 0xd8);  // [E0-14, E16-30, O1-15, O17-31]
+        b = _mm256_permute4x64_epi64(b, 0xd8);
+        __m256i ev = _mm256_permute2x128_si256(a, b, 0x20), od = _mm256_permute2x128_si256(a, b, 0x31);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s), ev);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s + 32), od);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s), _mm256_xor_si256(ev, flip));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s + 32), _mm256_xor_si256(od, flip));
+      }
     }
   }
 }
@@ -624,19 +650,24 @@ static inline __m256i fp4_lut_offset() {  // doubled E2M1 value + 12: unsigned 0
                           12, 11, 10, 9, 8, 6, 4, 0);
 }
 
-// One row's 64-column span against the activations: vpmaddubsw(w + 12 (unsigned), q (signed))
-// per nibble half, both added in int16 (|.| <= 2 * 2 * 24 * 127 < 32768), widened to int32.
-// Lanes 0-3 hold block 2s, 4-7 block 2s+1; the +12 is taken out per block later (12 * sum q).
-static inline __m256i fp4_span_offset(__m256i raw, __m256i xq_e, __m256i xq_o) {
+// One row's 64-column span against the activations Q = 256 * hi + lo: per plane,
+// vpmaddubsw(w + 12 (unsigned), plane (signed)) per nibble half, both added in int16
+// (|.| <= 2 * 2 * 24 * 128 < 32768), then widened to int32 with the plane's weight (256 or 1).
+// Lanes 0-3 hold block 2s, 4-7 block 2s+1; the +12 is taken out per block later (12 * sum Q).
+// Activation vectors: [0] hi even, [1] hi odd, [2] lo even, [3] lo odd.
+static inline __m256i fp4_span_offset(__m256i raw, const __m256i* x) {
   const __m256i m4 = _mm256_set1_epi8(15), lut = fp4_lut_offset();
   __m256i we = _mm256_shuffle_epi8(lut, _mm256_and_si256(raw, m4));
   __m256i wo = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
 #if defined(DSV4_SIMD_VNNI)
-  // vpdpbusd: the same exact sums, 4 products per int32 lane, one instruction per half.
-  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), we, xq_e), wo, xq_o);
+  // vpdpbusd: the same exact sums, 4 products per int32 lane; the high plane's sum is shifted
+  // by 8 before the low plane's products are added to it.
+  __m256i h = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), we, x[0]), wo, x[1]);
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_slli_epi32(h, 8), we, x[2]), wo, x[3]);
 #else
-  __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(we, xq_e), _mm256_maddubs_epi16(wo, xq_o));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(we, x[0]), _mm256_maddubs_epi16(wo, x[1]));
+  __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(we, x[2]), _mm256_maddubs_epi16(wo, x[3]));
+  return _mm256_add_epi32(_mm256_madd_epi16(ph, _mm256_set1_epi16(256)), _mm256_madd_epi16(pl, _mm256_set1_epi16(1)));
 #endif
 }
 
@@ -644,12 +675,13 @@ static inline __m256i fp4_span_offset(__m256i raw, __m256i xq_e, __m256i xq_o) {
 // AVX-512 matrix-vector: two spans (128 columns) per row per step on 512-bit registers. The
 // int32 lanes come out as [block 2s | 2s+1 | 2s+2 | 2s+3] x 4 partial sums; the two 256-bit
 // halves then go through the same transpose as the AVX2 code (exact integer sums either way).
-static inline __m512i fp4_2span_offset(__m512i raw, __m512i xq_e, __m512i xq_o) {
+static inline __m512i fp4_2span_offset(__m512i raw, const __m512i* x) {
   const __m512i m4 = _mm512_set1_epi8(15);
   const __m512i lut = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fp4_lut_offset()));
   __m512i we = _mm512_shuffle_epi8(lut, _mm512_and_si512(raw, m4));
   __m512i wo = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
-  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), we, xq_e), wo, xq_o);
+  __m512i h = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), we, x[0]), wo, x[1]);
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(h, 8), we, x[2]), wo, x[3]);
 }
 #endif
 
@@ -659,6 +691,7 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   const int64_t full_spans = cols / 64, spans = pc / 64;
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const int8_t* q = job.q;
+  const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
   for (int64_t r = r0; r < r1; r += 8) {
@@ -720,16 +753,17 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
       if ((s & 3) == 0) load_scales(s);
       prefetch_span(s);
       prefetch_span(s + 1);
-      const __m512i xe = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 64)), 1);
-      const __m512i xo = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 96)), 1);
+      __m512i xv[4];
+      {
+        const int8_t* src[4] = {q + s * 64, q + s * 64 + 32, ql + s * 64, ql + s * 64 + 32};
+        for (int k = 0; k < 4; ++k)
+          xv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k]))),
+                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k] + 64)), 1);
+      }
       __m256i hl[4], hh[4];
       DSV4_UNROLL for (int j = 0; j < 8; j += 2) {
-        __m512i a = fp4_2span_offset(_mm512_loadu_si512(rows[j] + s * 32), xe, xo);
-        __m512i b = fp4_2span_offset(_mm512_loadu_si512(rows[j + 1] + s * 32), xe, xo);
+        __m512i a = fp4_2span_offset(_mm512_loadu_si512(rows[j] + s * 32), xv);
+        __m512i b = fp4_2span_offset(_mm512_loadu_si512(rows[j + 1] + s * 32), xv);
         hl[j / 2] = _mm256_hadd_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b));
         hh[j / 2] = _mm256_hadd_epi32(_mm512_extracti64x4_epi64(a, 1), _mm512_extracti64x4_epi64(b, 1));
       }
@@ -740,13 +774,15 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
     for (; s < spans; ++s) {
       if ((s & 3) == 0) load_scales(s);
       prefetch_span(s);
-      const __m256i xq_e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64));
-      const __m256i xq_o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32));
+      const __m256i xq[4] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + s * 64)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + s * 64 + 32))};
       __m256i h[4];
       if (s < full_spans) {
         DSV4_UNROLL for (int j = 0; j < 8; j += 2) {
-          __m256i a = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + s * 32)), xq_e, xq_o);
-          __m256i b = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 1] + s * 32)), xq_e, xq_o);
+          __m256i a = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + s * 32)), xq);
+          __m256i b = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 1] + s * 32)), xq);
           h[j / 2] = _mm256_hadd_epi32(a, b);
         }
       } else {
@@ -754,8 +790,8 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
           alignas(32) uint8_t ta[32] = {}, tb[32] = {};
           std::memcpy(ta, rows[j] + s * 32, static_cast<size_t>(rb - s * 32));
           std::memcpy(tb, rows[j + 1] + s * 32, static_cast<size_t>(rb - s * 32));
-          __m256i a = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(ta)), xq_e, xq_o);
-          __m256i b = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(tb)), xq_e, xq_o);
+          __m256i a = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(ta)), xq);
+          __m256i b = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(tb)), xq);
           h[j / 2] = _mm256_hadd_epi32(a, b);
         }
       }
@@ -851,13 +887,14 @@ static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0,
 
 // Blocks of a span: groups 0-3 and 8-11 hold block 2s, groups 4-7 and 12-15 block 2s+1.
 // facc continues the canonical chain: it starts from yo (or 0 for the first chunk).
+// xu[a] / xl[a]: activation a's high / low plane in offset form (+128), from the chunk start.
 template <int NA>
-static void fp4_gemm_micro(const Fp4Tile& t, int sub, const uint8_t* const* xu, const float* const* xd,
-                           float* const* yo, bool first, int64_t nbl) {
+static void fp4_gemm_micro(const Fp4Tile& t, int sub, const uint8_t* const* xu, const uint8_t* const* xl,
+                           const float* const* xd, float* const* yo, bool first, int64_t nbl) {
   const uint8_t* wt = t.w + sub * kQSpans * 512;
   const int32_t* corr = t.corr + sub * 2 * kQSpans * 8;
   const float* sc = t.sc + sub * 2 * kQSpans * 8;
-  [[maybe_unused]] const __m256i ones16 = _mm256_set1_epi16(1);
+  [[maybe_unused]] const __m256i ones16 = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
   __m256 facc[NA];
   DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(yo[a]);
   for (int64_t b = 0; b < nbl; ++b) {
@@ -866,33 +903,44 @@ static void fp4_gemm_micro(const Fp4Tile& t, int sub, const uint8_t* const* xu, 
     const uint8_t* ws = wt + s * 512;
     const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(corr + b * 8));
     __m256i iacc[NA];
-    DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = cv;
 #if defined(DSV4_SIMD_VNNI)
-    DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-      const int gb = g0 + half * 8;
-      DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
-        DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-          int32_t xv;
-          std::memcpy(&xv, xu[a] + s * 64 + g * 4, 4);
-          iacc[a] = _mm256_dpbusd_epi32(iacc[a], _mm256_set1_epi32(xv), wv);
+    // High plane: sum w * (hi + 128) - 128 * sum w; shifted by 8; then the low plane likewise.
+    DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = cv;
+    DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
+      const uint8_t* const* xp = plane ? xl : xu;
+      if (plane) DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(_mm256_slli_epi32(iacc[a], 8), cv);
+      DSV4_UNROLL for (int half = 0; half < 2; ++half) {
+        const int gb = g0 + half * 8;
+        DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
+          const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
+          DSV4_UNROLL for (int a = 0; a < NA; ++a) {
+            int32_t xv;
+            std::memcpy(&xv, xp[a] + s * 64 + g * 4, 4);
+            iacc[a] = _mm256_dpbusd_epi32(iacc[a], _mm256_set1_epi32(xv), wv);
+          }
         }
       }
     }
 #else
+    // corr = -128 * sum w per plane; the high plane's is scaled by 256 with its products.
+    DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(cv, _mm256_slli_epi32(cv, 8));
     DSV4_UNROLL for (int half = 0; half < 2; ++half) {
       const int gb = g0 + half * 8;
-      __m256i p16[NA];
-      DSV4_UNROLL for (int a = 0; a < NA; ++a) p16[a] = _mm256_setzero_si256();
-      DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
-        DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-          int32_t xv;
-          std::memcpy(&xv, xu[a] + s * 64 + g * 4, 4);
-          p16[a] = _mm256_add_epi16(p16[a], _mm256_maddubs_epi16(_mm256_set1_epi32(xv), wv));
+      DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
+        const uint8_t* const* xp = plane ? xl : xu;
+        __m256i p16[NA];
+        DSV4_UNROLL for (int a = 0; a < NA; ++a) p16[a] = _mm256_setzero_si256();
+        DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
+          const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
+          DSV4_UNROLL for (int a = 0; a < NA; ++a) {
+            int32_t xv;
+            std::memcpy(&xv, xp[a] + s * 64 + g * 4, 4);
+            p16[a] = _mm256_add_epi16(p16[a], _mm256_maddubs_epi16(_mm256_set1_epi32(xv), wv));
+          }
         }
+        DSV4_UNROLL for (int a = 0; a < NA; ++a)
+          iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], plane ? ones16 : k256));
       }
-      DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], ones16));
     }
 #endif
     const __m256 scv = _mm256_load_ps(sc + b * 8);
@@ -919,8 +967,13 @@ static void fp4_gemm(const MatmulJob& job, int64_t r0, int64_t r1) {
       for (int64_t i0 = 0; i0 < n; i0 += 4) {
         const int na = static_cast<int>(mn<int64_t>(4, n - i0));
         const uint8_t* xu[4];
+        const uint8_t* xl[4];
         const float* xd[4];
-        for (int a = 0; a < na; ++a) xu[a] = job.u + (i0 + a) * pc + s0 * 64, xd[a] = job.d + (i0 + a) * nb + 2 * s0;
+        for (int a = 0; a < na; ++a) {
+          xu[a] = job.u + (i0 + a) * pc + s0 * 64;
+          xl[a] = job.ul + (i0 + a) * pc + s0 * 64;
+          xd[a] = job.d + (i0 + a) * nb + 2 * s0;
+        }
         for (int sub = 0; sub < subs; ++sub) {
           const int64_t rbase = t0 + sub * 8;
           const bool full = rbase + 8 <= t1;
@@ -928,10 +981,10 @@ static void fp4_gemm(const MatmulJob& job, int64_t r0, int64_t r1) {
           for (int a = 0; a < na; ++a)
             yo[a] = full ? job.y + (i0 + a) * job.y_stride + rbase : ybuf + (sub * 4 + a) * 8;
           switch (na) {
-            case 4: fp4_gemm_micro<4>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
-            case 3: fp4_gemm_micro<3>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
-            case 2: fp4_gemm_micro<2>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
-            default: fp4_gemm_micro<1>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
+            case 4: fp4_gemm_micro<4>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
+            case 3: fp4_gemm_micro<3>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
+            case 2: fp4_gemm_micro<2>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
+            default: fp4_gemm_micro<1>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
           }
           if (!full && s0 + kQSpans >= spans)
             for (int a = 0; a < na; ++a)
