@@ -103,10 +103,7 @@ void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i
       }
       out.qsum12[i * nb + b] = 12 * sum;
     }
-    for (int64_t c = 0; c < pc; ++c) {
-      out.u[i * pc + c] = static_cast<uint8_t>(q[c] + 128);
-      out.ul[i * pc + c] = static_cast<uint8_t>(ql[c] + 128);
-    }
+    scatter_ug(q, ql, pc, i, out.ug);
   }
 }
 

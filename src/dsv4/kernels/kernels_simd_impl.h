@@ -183,11 +183,9 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
     // Natural order -> per 64-column span: 32 even columns, then 32 odd columns.
     const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
                                            10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     for (int plane = 0; plane < 2; ++plane) {
       const int8_t* src = plane ? nlo : nhi;
       int8_t* q = (plane ? out.ql : out.q) + i * pc;
-      uint8_t* u = (plane ? out.ul : out.u) + i * pc;
       for (int64_t s = 0; s < pc; s += 64) {
         __m256i a = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + s)), split);
         __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + s + 32)), split);
@@ -196,10 +194,9 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
         __m256i ev = _mm256_permute2x128_si256(a, b, 0x20), od = _mm256_permute2x128_si256(a, b, 0x31);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s), ev);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s + 32), od);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s), _mm256_xor_si256(ev, flip));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s + 32), _mm256_xor_si256(od, flip));
       }
     }
+    kd::scatter_ug(out.q + i * pc, out.ql + i * pc, pc, i, out.ug);
   }
 }
 
@@ -805,30 +802,44 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
 
 // ---------------------------------------------------------------------------------------
 // Fast FP4, several activation rows. A 32-row tile is decoded once into int8 in an interleaved
-// layout (per 4-column group: 8 rows x 4 bytes = one vector) with its per-block column sums
-// and scales; each 8-row x 4-activation register tile then runs vpmaddubsw against the
-// activations in offset form (q + 128, unsigned), starting each block's int32 sum from
-// -128 * (sum of the weights) so it ends exact. Up to 4 vpmaddubsw results are added in int16
-// (|sum| <= 4 * 2 * 255 * 12 < 32768) before widening.
+// layout (per 4-column group: kVR rows x 4 bytes = one vector; kVR = 8 rows per 256-bit vector,
+// 16 per 512-bit vector on AVX-512) with its per-block weight sums and scales. A register tile
+// of kVR rows x up to kNA activations then multiplies it with the activations' two planes in
+// offset form (plane + 128, unsigned: vpmaddubsw / vpdpbusd take unsigned x signed), and each
+// block's int32 sum is corrected by -128 * (sum of the weights) per plane, so it ends exact:
+//   AVX2: per plane up to 4 vpmaddubsw results are added in int16 (|sum| <= 4 * 2 * 255 * 12
+//         < 32768), then vpmaddwd widens them with the plane's weight (256 for the high plane);
+//   VNNI: vpdpbusd sums the high plane, the sum is shifted left by 8, then the low plane's
+//         products are added to it.
 
 constexpr int kQTile = 32;
 constexpr int kQSpans = 16;  // columns per chunk: 16 spans = 1024 = 32 blocks
+#if defined(DSV4_SIMD_AVX512)
+constexpr int kVR = 16;  // rows per vector in the batched kernel
+constexpr int kNA = 8;   // activations per register tile
+#else
+constexpr int kVR = 8;
+constexpr int kNA = 4;
+#endif
+constexpr int kRG = kQTile / kVR;          // row groups per tile
+constexpr int kSpanBytes = 16 * kVR * 4;   // one row group's decoded span: 16 groups x kVR rows x 4
 
 struct Fp4Tile {
-  alignas(32) uint8_t w[4 * kQSpans * 512];  // [sub 4][span][group 16][row 8][4]
-  alignas(32) int32_t corr[4 * 2 * kQSpans * 8];  // [sub 4][block][row 8]  -128 * sum of weights
-  alignas(32) float sc[4 * 2 * kQSpans * 8];      // [sub 4][block][row 8]  scale / 2
+  alignas(64) uint8_t w[kRG * kQSpans * kSpanBytes];  // [row group][span][group 16][row kVR][4]
+  alignas(64) int32_t corr[kRG * 2 * kQSpans * kVR];  // [row group][block][row kVR]  -128 * sum of weights
+  alignas(64) float sc[kRG * 2 * kQSpans * kVR];      // [row group][block][row kVR]  scale / 2
 };
 
-// Decodes rows [t0, t1) (up to 32), spans [s0, s0 + ns) into the tile.
+// Decodes rows [t0, t1) (up to 32), spans [s0, s0 + ns) into the tile, 8 rows at a time.
 static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0, int64_t ns, Fp4Tile& t) {
   const int64_t cols = w.cols, rb = cols / 2, full_spans = cols / 64, nb = ceil_div(cols, 32);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const __m256i m4 = _mm256_set1_epi8(15), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  for (int sub = 0; sub < 4; ++sub) {
-    uint8_t* dst = t.w + sub * kQSpans * 512;
-    int32_t* corr = t.corr + sub * 2 * kQSpans * 8;
-    float* sc = t.sc + sub * 2 * kQSpans * 8;
+  for (int sub = 0; sub < kQTile / 8; ++sub) {
+    const int rg = sub * 8 / kVR, roff = sub * 8 % kVR;  // row group, first row inside it
+    uint8_t* dst = t.w + rg * kQSpans * kSpanBytes + roff * 4;
+    int32_t* corr = t.corr + rg * 2 * kQSpans * kVR + roff;
+    float* sc = t.sc + rg * 2 * kQSpans * kVR + roff;
     for (int64_t ls = 0; ls < ns; ++ls) {
       const int64_t s = s0 + ls;
       __m256i ev[8], od[8], sums[8];
@@ -852,8 +863,8 @@ static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0,
       __m256i c0, c1;
       transpose_sums(sums, c0, c1);
       const __m256i zero = _mm256_setzero_si256();
-      _mm256_store_si256(reinterpret_cast<__m256i*>(corr + (2 * ls) * 8), _mm256_sub_epi32(zero, _mm256_slli_epi32(c0, 7)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(corr + (2 * ls + 1) * 8), _mm256_sub_epi32(zero, _mm256_slli_epi32(c1, 7)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr + (2 * ls) * kVR), _mm256_sub_epi32(zero, _mm256_slli_epi32(c0, 7)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr + (2 * ls + 1) * kVR), _mm256_sub_epi32(zero, _mm256_slli_epi32(c1, 7)));
       // 8x8 dword transpose of ev (groups 0-7) and od (groups 8-15).
       DSV4_UNROLL for (int half = 0; half < 2; ++half) {
         __m256i* v = half ? od : ev;
@@ -865,130 +876,176 @@ static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0,
         __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
         __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
         __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
-        uint8_t* o = dst + ls * 512 + half * 8 * 32;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 0 * 32), _mm256_permute2x128_si256(b0, b4, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 1 * 32), _mm256_permute2x128_si256(b1, b5, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 2 * 32), _mm256_permute2x128_si256(b2, b6, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 3 * 32), _mm256_permute2x128_si256(b3, b7, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 4 * 32), _mm256_permute2x128_si256(b0, b4, 0x31));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 5 * 32), _mm256_permute2x128_si256(b1, b5, 0x31));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 6 * 32), _mm256_permute2x128_si256(b2, b6, 0x31));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 7 * 32), _mm256_permute2x128_si256(b3, b7, 0x31));
+        uint8_t* o = dst + ls * kSpanBytes + half * 8 * kVR * 4;
+        constexpr int G = kVR * 4;  // bytes per group
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 0 * G), _mm256_permute2x128_si256(b0, b4, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 1 * G), _mm256_permute2x128_si256(b1, b5, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * G), _mm256_permute2x128_si256(b2, b6, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 3 * G), _mm256_permute2x128_si256(b3, b7, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 4 * G), _mm256_permute2x128_si256(b0, b4, 0x31));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 5 * G), _mm256_permute2x128_si256(b1, b5, 0x31));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 6 * G), _mm256_permute2x128_si256(b2, b6, 0x31));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 7 * G), _mm256_permute2x128_si256(b3, b7, 0x31));
       }
     }
     const int64_t lb_end = mn<int64_t>(2 * ns, nb - 2 * s0);
     for (int64_t lb = 0; lb < lb_end; ++lb)
       for (int j = 0; j < 8; ++j) {
         int64_t r = t0 + sub * 8 + j;
-        sc[lb * 8 + j] = r < t1 ? kd::e8m0_half(w.scales[r * nb + 2 * s0 + lb]) : 0.0f;
+        sc[lb * kVR + j] = r < t1 ? kd::e8m0_half(w.scales[r * nb + 2 * s0 + lb]) : 0.0f;
       }
   }
 }
 
-// Blocks of a span: groups 0-3 and 8-11 hold block 2s, groups 4-7 and 12-15 block 2s+1.
-// facc continues the canonical chain: it starts from yo (or 0 for the first chunk).
-// xu[a] / xl[a]: activation a's high / low plane in offset form (+128), from the chunk start.
-template <int NA>
-static void fp4_gemm_micro(const Fp4Tile& t, int sub, const uint8_t* const* xu, const uint8_t* const* xl,
-                           const float* const* xd, float* const* yo, bool first, int64_t nbl) {
-  const uint8_t* wt = t.w + sub * kQSpans * 512;
-  const int32_t* corr = t.corr + sub * 2 * kQSpans * 8;
-  const float* sc = t.sc + sub * 2 * kQSpans * 8;
-  [[maybe_unused]] const __m256i ones16 = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
-  __m256 facc[NA];
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(yo[a]);
-  for (int64_t b = 0; b < nbl; ++b) {
-    const int64_t s = b >> 1;
-    const int g0 = static_cast<int>(b & 1) * 4;
-    const uint8_t* ws = wt + s * 512;
-    const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(corr + b * 8));
-    __m256i iacc[NA];
-#if defined(DSV4_SIMD_VNNI)
-    // High plane: sum w * (hi + 128) - 128 * sum w; shifted by 8; then the low plane likewise.
-    DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = cv;
-    DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
-      const uint8_t* const* xp = plane ? xl : xu;
-      if (plane) DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(_mm256_slli_epi32(iacc[a], 8), cv);
-      DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-        const int gb = g0 + half * 8;
-        DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
-          const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
-          DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-            int32_t xv;
-            std::memcpy(&xv, xp[a] + s * 64 + g * 4, 4);
-            iacc[a] = _mm256_dpbusd_epi32(iacc[a], _mm256_set1_epi32(xv), wv);
-          }
-        }
-      }
-    }
+#if defined(DSV4_SIMD_AVX512)
+using FVec = __m512;
+using IVec = __m512i;
+static inline IVec iload(const void* p) { return _mm512_load_si512(p); }
+static inline FVec fload(const float* p) { return _mm512_load_ps(p); }
+static inline FVec fset1(float v) { return _mm512_set1_ps(v); }
+static inline IVec iset1(int32_t v) { return _mm512_set1_epi32(v); }
+static inline IVec iadd(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
+static inline IVec ishl8(IVec a) { return _mm512_slli_epi32(a, 8); }
+static inline FVec fma_block(IVec i, FVec c, FVec acc) { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), c, acc); }
+static inline FVec fmul(FVec a, FVec b) { return _mm512_mul_ps(a, b); }
+static inline FVec fzero() { return _mm512_setzero_ps(); }
+// Rows >= valid of the vector are neither read nor written (y may end there).
+static inline FVec yload(const float* p, int valid) {
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << valid) - 1), p);
+}
+static inline void ystore(float* p, FVec v, int valid) {
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << valid) - 1), v);
+}
 #else
-    // corr = -128 * sum w per plane; the high plane's is scaled by 256 with its products.
-    DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(cv, _mm256_slli_epi32(cv, 8));
-    DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-      const int gb = g0 + half * 8;
-      DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
-        const uint8_t* const* xp = plane ? xl : xu;
-        __m256i p16[NA];
-        DSV4_UNROLL for (int a = 0; a < NA; ++a) p16[a] = _mm256_setzero_si256();
-        DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
-          const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
-          DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-            int32_t xv;
-            std::memcpy(&xv, xp[a] + s * 64 + g * 4, 4);
-            p16[a] = _mm256_add_epi16(p16[a], _mm256_maddubs_epi16(_mm256_set1_epi32(xv), wv));
-          }
-        }
-        DSV4_UNROLL for (int a = 0; a < NA; ++a)
-          iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], plane ? ones16 : k256));
-      }
-    }
+using FVec = __m256;
+using IVec = __m256i;
+static inline IVec iload(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
+static inline FVec fload(const float* p) { return _mm256_load_ps(p); }
+static inline FVec fset1(float v) { return _mm256_set1_ps(v); }
+static inline IVec iset1(int32_t v) { return _mm256_set1_epi32(v); }
+static inline IVec iadd(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
+static inline IVec ishl8(IVec a) { return _mm256_slli_epi32(a, 8); }
+static inline FVec fma_block(IVec i, FVec c, FVec acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), c, acc); }
+static inline FVec fmul(FVec a, FVec b) { return _mm256_mul_ps(a, b); }
+static inline FVec fzero() { return _mm256_setzero_ps(); }
+static inline FVec yload(const float* p, int valid) { return _mm256_maskload_ps(p, mask_first(valid)); }
+static inline void ystore(float* p, FVec v, int valid) { _mm256_maskstore_ps(p, mask_first(valid), v); }
 #endif
-    const __m256 scv = _mm256_load_ps(sc + b * 8);
-    DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-      __m256 c = _mm256_mul_ps(_mm256_set1_ps(xd[a][b]), scv);
-      facc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[a]), c, facc[a]);
+
+static inline int32_t load4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// One block's exact integer sums for kVR rows x NA activations. ws: the row group's span,
+// G0: the block's first group (0 or 4; groups G0..G0+3 and G0+8..G0+11 hold its 32 columns),
+// xs: the activations' span in the ug layout (first activation of the tile), cv: -128 * sum of
+// the weights.
+template <int NA, int G0>
+static inline void fp4_block_sums(const uint8_t* ws, const uint8_t* xs, IVec cv, IVec* iacc) {
+  constexpr int G = kVR * 4, XG = kd::kActGroup * 4, XP = kd::kUgSpanBytes / 2;
+#if defined(DSV4_SIMD_VNNI)
+  DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = cv;
+  DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
+    if (plane) DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = iadd(ishl8(iacc[a]), cv);
+    DSV4_UNROLL for (int k = 0; k < 8; ++k) {
+      const int g = G0 + (k & 3) + (k >> 2) * 8;
+      const IVec wv = iload(ws + g * G);
+      const uint8_t* xv = xs + plane * XP + g * XG;
+#if defined(DSV4_SIMD_AVX512)
+      DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm512_dpbusd_epi32(iacc[a], iset1(load4(xv + a * 4)), wv);
+#else
+      DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_dpbusd_epi32(iacc[a], iset1(load4(xv + a * 4)), wv);
+#endif
     }
   }
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) _mm256_storeu_ps(yo[a], facc[a]);
+#else
+  const __m256i ones16 = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+  DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(cv, _mm256_slli_epi32(cv, 8));
+  DSV4_UNROLL for (int half = 0; half < 2; ++half) {
+    DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
+      __m256i p16[NA];
+      DSV4_UNROLL for (int k = 0; k < 4; ++k) {
+        const int g = G0 + half * 8 + k;
+        const __m256i wv = iload(ws + g * G);
+        const uint8_t* xv = xs + plane * XP + g * XG;
+        DSV4_UNROLL for (int a = 0; a < NA; ++a) {
+          __m256i p = _mm256_maddubs_epi16(iset1(load4(xv + a * 4)), wv);
+          p16[a] = k ? _mm256_add_epi16(p16[a], p) : p;
+        }
+      }
+      DSV4_UNROLL for (int a = 0; a < NA; ++a)
+        iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], plane ? ones16 : k256));
+    }
+  }
+#endif
+}
+
+// kVR rows (row group rg of the tile) x NA activations over nbl blocks of the chunk. facc
+// continues the canonical chain: it starts from y (or 0 for the first chunk); `valid` rows of
+// y are read and written. xg: the activations in the ug layout at the chunk's first span;
+// xd[a]: activation a's block scales from the chunk start.
+template <int NA>
+static void fp4_gemm_micro(const Fp4Tile& t, int rg, const uint8_t* xg, const float* const* xd, float* const* yo,
+                           int valid, bool first, int64_t nbl) {
+  const uint8_t* wt = t.w + rg * kQSpans * kSpanBytes;
+  const int32_t* corr = t.corr + rg * 2 * kQSpans * kVR;
+  const float* sc = t.sc + rg * 2 * kQSpans * kVR;
+  FVec facc[NA];
+  DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = first ? fzero() : yload(yo[a], valid);
+  for (int64_t b = 0; b < nbl; b += 2) {
+    const int64_t s = b >> 1;
+    const uint8_t* ws = wt + s * kSpanBytes;
+    const uint8_t* xs = xg + s * kd::kUgSpanBytes;
+    IVec iacc[NA];
+    fp4_block_sums<NA, 0>(ws, xs, iload(corr + b * kVR), iacc);
+    const FVec sc0 = fload(sc + b * kVR);
+    DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = fma_block(iacc[a], fmul(fset1(xd[a][b]), sc0), facc[a]);
+    if (b + 1 < nbl) {
+      fp4_block_sums<NA, 4>(ws, xs, iload(corr + (b + 1) * kVR), iacc);
+      const FVec sc1 = fload(sc + (b + 1) * kVR);
+      DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = fma_block(iacc[a], fmul(fset1(xd[a][b + 1]), sc1), facc[a]);
+    }
+  }
+  DSV4_UNROLL for (int a = 0; a < NA; ++a) ystore(yo[a], facc[a], valid);
 }
 
 static void fp4_gemm(const MatmulJob& job, int64_t r0, int64_t r1) {
+  static_assert(kd::kActGroup % kNA == 0, "register tiles must not straddle activation groups");
   const Matrix& w = job.w;
   const int64_t n = job.n, nb = ceil_div(w.cols, 32), pc = job.padded_cols, spans = pc / 64;
   Fp4Tile t;
-  alignas(32) float ybuf[4 * 4 * 8];  // short row tiles accumulate here instead of in y
   for (int64_t t0 = r0; t0 < r1; t0 += kQTile) {
     const int64_t t1 = mn(r1, t0 + kQTile);
-    const int subs = static_cast<int>(ceil_div(t1 - t0, 8));
+    const int groups = static_cast<int>(ceil_div(t1 - t0, kVR));
     for (int64_t s0 = 0; s0 < spans; s0 += kQSpans) {
       const int64_t ns = mn<int64_t>(kQSpans, spans - s0);
       const int64_t nbl = mn<int64_t>(2 * ns, nb - 2 * s0);
       fp4_decode_tile(w, t0, t1, s0, ns, t);
-      for (int64_t i0 = 0; i0 < n; i0 += 4) {
-        const int na = static_cast<int>(mn<int64_t>(4, n - i0));
-        const uint8_t* xu[4];
-        const uint8_t* xl[4];
-        const float* xd[4];
-        for (int a = 0; a < na; ++a) {
-          xu[a] = job.u + (i0 + a) * pc + s0 * 64;
-          xl[a] = job.ul + (i0 + a) * pc + s0 * 64;
-          xd[a] = job.d + (i0 + a) * nb + 2 * s0;
-        }
-        for (int sub = 0; sub < subs; ++sub) {
-          const int64_t rbase = t0 + sub * 8;
-          const bool full = rbase + 8 <= t1;
-          float* yo[4];
-          for (int a = 0; a < na; ++a)
-            yo[a] = full ? job.y + (i0 + a) * job.y_stride + rbase : ybuf + (sub * 4 + a) * 8;
+      for (int64_t i0 = 0; i0 < n; i0 += kNA) {
+        const int na = static_cast<int>(mn<int64_t>(kNA, n - i0));
+        const uint8_t* xg = job.ug + ((i0 / kd::kActGroup) * spans + s0) * kd::kUgSpanBytes + (i0 % kd::kActGroup) * 4;
+        const float* xd[kNA];
+        for (int a = 0; a < na; ++a) xd[a] = job.d + (i0 + a) * nb + 2 * s0;
+        for (int rg = 0; rg < groups; ++rg) {
+          const int64_t rbase = t0 + rg * kVR;
+          const int valid = static_cast<int>(mn<int64_t>(kVR, t1 - rbase));
+          float* yo[kNA];
+          for (int a = 0; a < na; ++a) yo[a] = job.y + (i0 + a) * job.y_stride + rbase;
+          const bool first = s0 == 0;
           switch (na) {
-            case 4: fp4_gemm_micro<4>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
-            case 3: fp4_gemm_micro<3>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
-            case 2: fp4_gemm_micro<2>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
-            default: fp4_gemm_micro<1>(t, sub, xu, xl, xd, yo, s0 == 0, nbl); break;
+#if defined(DSV4_SIMD_AVX512)
+            case 8: fp4_gemm_micro<8>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 7: fp4_gemm_micro<7>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 6: fp4_gemm_micro<6>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 5: fp4_gemm_micro<5>(t, rg, xg, xd, yo, valid, first, nbl); break;
+#endif
+            case 4: fp4_gemm_micro<4>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 3: fp4_gemm_micro<3>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 2: fp4_gemm_micro<2>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            default: fp4_gemm_micro<1>(t, rg, xg, xd, yo, valid, first, nbl); break;
           }
-          if (!full && s0 + kQSpans >= spans)
-            for (int a = 0; a < na; ++a)
-              for (int64_t j = 0; j < t1 - rbase; ++j) job.y[(i0 + a) * job.y_stride + rbase + j] = yo[a][j];
         }
       }
     }
