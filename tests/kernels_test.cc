@@ -498,6 +498,8 @@ TEST(KernelFast, QuantizationEdgeCases) {
         const int64_t p = i * want.padded_cols + detail::span_pos(c);
         const int32_t q = 256 * want.q[p] + want.ql[p];
         sum += q;
+        // The batched layout: groups of 8 rows, per column pair the rows' two values side by side.
+        ASSERT_EQ(want.qg[(i / 8) * 8 * want.padded_cols + (c / 2) * 16 + (i % 8) * 2 + (c % 2)], q) << i << " " << c;
         ASSERT_GE(want.q[p], -127);
         ASSERT_LE(want.q[p], 127);
         float expect = 0.0f;
@@ -528,7 +530,7 @@ TEST(KernelFast, QuantizationEdgeCases) {
     detail::prepare_input_with(detail::table_by_name(name), x.data(), 4, cols, Numerics::kFast, &got, nullptr);
     EXPECT_EQ(got.q, want.q) << name;
     EXPECT_EQ(got.ql, want.ql) << name;
-    EXPECT_EQ(got.ug, want.ug) << name;
+    EXPECT_EQ(got.qg, want.qg) << name;
     EXPECT_EQ(got.qsum12, want.qsum12) << name;
     ASSERT_EQ(got.d.size(), want.d.size());
     for (size_t k = 0; k < got.d.size(); ++k) EXPECT_TRUE(same_bits(got.d[k], want.d[k])) << name << k;

@@ -65,9 +65,9 @@ struct QuantizedInput {
   // x ~ Q * d with Q = 256 * q + ql a 16-bit integer (|Q| <= 32512), per 32-column block.
   std::vector<int8_t> q;        // [n, padded_cols] high int8 plane, kernel order (docs/kernels.md)
   std::vector<int8_t> ql;       // [n, padded_cols] low int8 plane, same order
-  // Both planes again, + 128, in the batched kernel's layout: per group of 8 activation rows,
-  // per 64-column span, per plane, 16 groups of 4 columns x 8 rows x 4 bytes (docs/kernels.md).
-  std::vector<uint8_t> ug;      // [ceil(n/8), padded_cols/64, 2, 16, 8, 4]
+  // Q as int16 in the batched kernel's layout: per group of 8 activation rows, per pair of
+  // columns (natural order), the 8 rows' two values side by side (docs/kernels.md).
+  std::vector<int16_t> qg;      // [ceil(n/8), padded_cols/2, 8, 2]
   std::vector<float> d;         // [n, ceil(cols/32)] block scales
   std::vector<int32_t> qsum12;  // [n, ceil(cols/32)] 12 * (sum of Q in the block), for the kernels
   bool quantized = false;

@@ -97,40 +97,26 @@ static inline void quantize_block_ref(const float* x, int len, int32_t* q, float
 static inline int8_t q_hi(int32_t q) { return static_cast<int8_t>((q + 128) >> 8); }
 static inline int8_t q_lo(int32_t q) { return static_cast<int8_t>(q - 256 * ((q + 128) >> 8)); }
 
-// The batched FP4 kernel's activation layout (QuantizedInput::ug): activation rows in groups
-// of 8; per group and 64-column span 1 KiB: the high plane's 16 column groups (4 columns each,
-// the span order of q: even columns 0-30, then odd columns 1-31), then the low plane's; each
-// column group holds the 8 rows' 4 bytes (plane + 128) side by side, so a register tile reads
-// one contiguous stream however far apart the activation rows are.
+// The batched FP4 kernel's activation layout (QuantizedInput::qg): Q as int16, activation rows
+// in groups of 8; per group and pair of columns (2p, 2p+1) the 8 rows' two values side by side
+// (32 bytes), so a register tile reads one contiguous stream however far apart the rows are.
 inline constexpr int kActGroup = 8;
-inline constexpr int kUgSpanBytes = 2 * 16 * kActGroup * 4;
 
-static inline int64_t ug_bytes(int64_t n, int64_t padded_cols) {
-  return ceil_div(n, kActGroup) * (padded_cols / kSpan) * kUgSpanBytes;
+static inline int64_t qg_elems(int64_t n, int64_t padded_cols) {
+  return ceil_div(n, kActGroup) * kActGroup * padded_cols;
 }
 
-// Writes activation row i's planes (span order, padded_cols long) into the ug layout.
-static inline void scatter_ug(const int8_t* q, const int8_t* ql, int64_t padded_cols, int64_t i, uint8_t* ug) {
-  const int64_t spans = padded_cols / kSpan;
-  uint8_t* base = ug + (i / kActGroup) * spans * kUgSpanBytes + (i % kActGroup) * 4;
-  for (int64_t s = 0; s < spans; ++s)
-    for (int p = 0; p < 2; ++p) {
-      const int8_t* src = (p ? ql : q) + s * kSpan;
-      uint8_t* dst = base + s * kUgSpanBytes + p * (kUgSpanBytes / 2);
-      for (int g = 0; g < 16; ++g) {
-        uint32_t v;
-        std::memcpy(&v, src + g * 4, 4);
-        v ^= 0x80808080u;  // + 128 in each byte
-        std::memcpy(dst + g * kActGroup * 4, &v, 4);
-      }
-    }
+// Writes activation row i's Q (natural column order, padded_cols values) into the qg layout.
+static inline void scatter_qg(const int16_t* q, int64_t padded_cols, int64_t i, int16_t* qg) {
+  int16_t* base = qg + (i / kActGroup) * kActGroup * padded_cols + (i % kActGroup) * 2;
+  for (int64_t p = 0; p < padded_cols / 2; ++p) std::memcpy(base + p * 2 * kActGroup, q + 2 * p, 4);
 }
 
 // Output of quantize_rows: whole-array base pointers (see QuantizedInput).
 struct QuantPlanes {
   int8_t* q;
   int8_t* ql;
-  uint8_t* ug;
+  int16_t* qg;
   float* d;
   int32_t* qsum12;
 };
@@ -141,7 +127,7 @@ struct MatmulJob {
   const float* x = nullptr;     // [n, cols]
   const int8_t* q = nullptr;    // [n, padded_cols] high plane (fast FP4 only)
   const int8_t* ql = nullptr;   // [n, padded_cols] low plane
-  const uint8_t* ug = nullptr;  // both planes + 128, batched layout (ug_bytes)
+  const int16_t* qg = nullptr;  // Q, batched layout (qg_elems)
   const float* d = nullptr;     // [n, ceil(cols/32)]
   const int32_t* qsum12 = nullptr;  // [n, ceil(cols/32)] 12 * sum of Q per block
   int64_t n = 0;
@@ -157,7 +143,7 @@ struct Table {
   // Computes y[i, r] for all i < n and r in [r0, r1) completely (no cross-call reduction).
   void (*matmul_rows)(const MatmulJob& job, int64_t r0, int64_t r1);
   // Quantizes activation rows [i0, i1) of x [*, cols] into the planes q, ql [*, padded_cols],
-  // their batched layout ug, d and qsum12 [*, ceil(cols/32)] (whole-array base pointers).
+  // Q in the batched layout qg, d and qsum12 [*, ceil(cols/32)] (whole-array base pointers).
   void (*quantize_rows)(const float* x, int64_t cols, int64_t padded_cols, int64_t i0, int64_t i1,
                         const QuantPlanes& out);
   float (*dot)(const float* a, const float* b, int64_t n);

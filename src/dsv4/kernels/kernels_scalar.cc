@@ -85,7 +85,9 @@ void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i
                           const QuantPlanes& out) {
   const int64_t nb = ceil_div(cols, kQBlock);
   int32_t blk[kQBlock];
+  std::vector<int16_t> nat(static_cast<size_t>(pc));
   for (int64_t i = i0; i < i1; ++i) {
+    std::fill(nat.begin(), nat.end(), int16_t{0});
     const float* x = xall + i * cols;
     int8_t* q = out.q + i * pc;
     int8_t* ql = out.ql + i * pc;
@@ -97,13 +99,14 @@ void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i
       int32_t sum = 0;
       for (int k = 0; k < len; ++k) {
         const int64_t p = span_pos(b * kQBlock + k);
+        nat[b * kQBlock + k] = static_cast<int16_t>(blk[k]);
         q[p] = q_hi(blk[k]);
         ql[p] = q_lo(blk[k]);
         sum += blk[k];
       }
       out.qsum12[i * nb + b] = 12 * sum;
     }
-    scatter_ug(q, ql, pc, i, out.ug);
+    scatter_qg(nat.data(), pc, i, out.qg);
   }
 }
 

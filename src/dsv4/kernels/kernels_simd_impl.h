@@ -121,6 +121,7 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
                           const kd::QuantPlanes& out) {
   const int64_t nb = ceil_div(cols, kd::kQBlock);
   Buf<int8_t> nat(2 * pc);  // natural column order: high plane at [0, pc), low plane at [pc, 2 pc)
+  Buf<int16_t> nat16(pc);   // Q, natural column order
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
   const __m256i lim = _mm256_set1_epi32(kd::kQMax), nlim = _mm256_set1_epi32(-kd::kQMax),
                 half = _mm256_set1_epi32(128);
@@ -131,6 +132,7 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
     int8_t* nhi = nat.data();
     int8_t* nlo = nat.data() + pc;
     for (int64_t c = 0; c < 2 * pc; ++c) nat[c] = 0;
+    for (int64_t c = 0; c < pc; ++c) nat16[c] = 0;
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + b * 32;
       q12[b] = 0;
@@ -140,6 +142,7 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
         kd::quantize_block_ref(xb, len, blk, &d[b]);
         int32_t sum = 0;
         for (int k = 0; k < len; ++k) {
+          nat16[b * 32 + k] = static_cast<int16_t>(blk[k]);
           nhi[b * 32 + k] = kd::q_hi(blk[k]);
           nlo[b * 32 + k] = kd::q_lo(blk[k]);
           sum += blk[k];
@@ -178,6 +181,11 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(nhi + b * 32), pack_i32x4_i8(hi[0], hi[1], hi[2], hi[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(nlo + b * 32), pack_i32x4_i8(lo[0], lo[1], lo[2], lo[3]));
+      // |Q| <= 32512: the int16 packs do not saturate; they interleave 64-bit quarters.
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nat16.data() + b * 32),
+                          _mm256_permute4x64_epi64(_mm256_packs_epi32(qv[0], qv[1]), 0xd8));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nat16.data() + b * 32 + 16),
+                          _mm256_permute4x64_epi64(_mm256_packs_epi32(qv[2], qv[3]), 0xd8));
       q12[b] = 12 * hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(qv[0], qv[1]), _mm256_add_epi32(qv[2], qv[3])));
     }
     // Natural order -> per 64-column span: 32 even columns, then 32 odd columns.
@@ -196,7 +204,7 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s + 32), od);
       }
     }
-    kd::scatter_ug(out.q + i * pc, out.ql + i * pc, pc, i, out.ug);
+    kd::scatter_qg(nat16.data(), pc, i, out.qg);
   }
 }
 
@@ -801,48 +809,69 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Fast FP4, several activation rows. A 32-row tile is decoded once into int8 in an interleaved
-// layout (per 4-column group: kVR rows x 4 bytes = one vector; kVR = 8 rows per 256-bit vector,
-// 16 per 512-bit vector on AVX-512) with its per-block weight sums and scales. A register tile
-// of kVR rows x up to kNA activations then multiplies it with the activations' two planes in
-// offset form (plane + 128, unsigned: vpmaddubsw / vpdpbusd take unsigned x signed), and each
-// block's int32 sum is corrected by -128 * (sum of the weights) per plane, so it ends exact:
-//   AVX2: per plane up to 4 vpmaddubsw results are added in int16 (|sum| <= 4 * 2 * 255 * 12
-//         < 32768), then vpmaddwd widens them with the plane's weight (256 for the high plane);
-//   VNNI: vpdpbusd sums the high plane, the sum is shifted left by 8, then the low plane's
-//         products are added to it.
+// Fast FP4, several activation rows: int16 x int16 products. A 32-row x 512-column tile is
+// decoded once into int16 (the doubled E2M1 values) in an interleaved layout: per pair of
+// columns, kVR rows x 2 values = one vector (kVR = 8 rows per 256-bit vector, 16 per 512-bit
+// vector on AVX-512). A register tile of RG * kVR rows x NA activations then takes, per pair
+// of columns, one weight vector per row group and one broadcast of an activation's two Q
+// values (QuantizedInput::qg), and vpmaddwd + vpaddd (AVX2) or VNNI vpdpwssd (AVX-512) adds
+// both products to the row's int32 block sum: exact (|sum| < 2^24), 16 products per 256 bits
+// and instruction. (Two int8 planes through vpmaddubsw would need 2 multiplies per 32 products
+// plus a widening multiply per 4: 25 % more of the multiply instructions that bound this loop.)
 
 constexpr int kQTile = 32;
-constexpr int kQSpans = 16;  // columns per chunk: 16 spans = 1024 = 32 blocks
+constexpr int kQSpans = 8;  // columns per chunk: 8 spans = 512 = 16 blocks
 #if defined(DSV4_SIMD_AVX512)
 constexpr int kVR = 16;  // rows per vector in the batched kernel
-constexpr int kNA = 8;   // activations per register tile
+constexpr int kRT = 2;   // row groups (of kVR rows) per register tile
+constexpr int kNA = 4;   // activations per register tile
 #else
 constexpr int kVR = 8;
-constexpr int kNA = 4;
+constexpr int kRT = 1;
+constexpr int kNA = 8;   // 8 int32 sums + 8 float chains + weights + broadcast: 16+ registers,
+                         // but the float chains are touched once per block (spills are cheap)
 #endif
-constexpr int kRG = kQTile / kVR;          // row groups per tile
-constexpr int kSpanBytes = 16 * kVR * 4;   // one row group's decoded span: 16 groups x kVR rows x 4
+constexpr int kRG = kQTile / kVR;              // row groups per tile
+constexpr int kPairBytes = kVR * 4;            // one row group's pair of columns
+constexpr int kRGBytes = kQSpans * 32 * kPairBytes;  // one row group of the tile
 
 struct Fp4Tile {
-  alignas(64) uint8_t w[kRG * kQSpans * kSpanBytes];  // [row group][span][group 16][row kVR][4]
-  alignas(64) int32_t corr[kRG * 2 * kQSpans * kVR];  // [row group][block][row kVR]  -128 * sum of weights
-  alignas(64) float sc[kRG * 2 * kQSpans * kVR];      // [row group][block][row kVR]  scale / 2
+  alignas(64) uint8_t w[kRG * kRGBytes];          // [row group][column pair][row kVR][2 x int16]
+  alignas(64) float sc[kRG * 2 * kQSpans * kVR];  // [row group][block][row kVR]  scale / 2
 };
+
+// 8 vectors of 8 dwords (row j = v[j]) -> dword k of all rows at o + k * stride.
+static inline void transpose8_store(const __m256i* v, uint8_t* o, int64_t stride) {
+  __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]), a1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]), a3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  __m256i a4 = _mm256_unpacklo_epi32(v[4], v[5]), a5 = _mm256_unpackhi_epi32(v[4], v[5]);
+  __m256i a6 = _mm256_unpacklo_epi32(v[6], v[7]), a7 = _mm256_unpackhi_epi32(v[6], v[7]);
+  __m256i b0 = _mm256_unpacklo_epi64(a0, a2), b1 = _mm256_unpackhi_epi64(a0, a2);
+  __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
+  __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
+  __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 0 * stride), _mm256_permute2x128_si256(b0, b4, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 1 * stride), _mm256_permute2x128_si256(b1, b5, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * stride), _mm256_permute2x128_si256(b2, b6, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 3 * stride), _mm256_permute2x128_si256(b3, b7, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 4 * stride), _mm256_permute2x128_si256(b0, b4, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 5 * stride), _mm256_permute2x128_si256(b1, b5, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 6 * stride), _mm256_permute2x128_si256(b2, b6, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 7 * stride), _mm256_permute2x128_si256(b3, b7, 0x31));
+}
 
 // Decodes rows [t0, t1) (up to 32), spans [s0, s0 + ns) into the tile, 8 rows at a time.
 static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0, int64_t ns, Fp4Tile& t) {
   const int64_t cols = w.cols, rb = cols / 2, full_spans = cols / 64, nb = ceil_div(cols, 32);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
-  const __m256i m4 = _mm256_set1_epi8(15), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(15);
   for (int sub = 0; sub < kQTile / 8; ++sub) {
     const int rg = sub * 8 / kVR, roff = sub * 8 % kVR;  // row group, first row inside it
-    uint8_t* dst = t.w + rg * kQSpans * kSpanBytes + roff * 4;
-    int32_t* corr = t.corr + rg * 2 * kQSpans * kVR + roff;
+    uint8_t* dst = t.w + rg * kRGBytes + roff * 4;
     float* sc = t.sc + rg * 2 * kQSpans * kVR + roff;
     for (int64_t ls = 0; ls < ns; ++ls) {
       const int64_t s = s0 + ls;
-      __m256i ev[8], od[8], sums[8];
+      __m256i v[4][8];  // [16 columns][row]: 8 pairs of int16 each
       DSV4_UNROLL for (int j = 0; j < 8; ++j) {
         int64_t r = t0 + sub * 8 + j;
         __m256i raw = _mm256_setzero_si256();
@@ -855,38 +884,16 @@ static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0,
             raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
           }
         }
-        ev[j] = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(raw, m4));
-        od[j] = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-        __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, ev[j]), _mm256_maddubs_epi16(ones8, od[j]));
-        sums[j] = _mm256_madd_epi16(s16, ones16);
+        const __m256i ev = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(raw, m4));
+        const __m256i od = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+        const __m256i lo = _mm256_unpacklo_epi8(ev, od);  // columns [0-15 | 32-47] in order
+        const __m256i hi = _mm256_unpackhi_epi8(ev, od);  // columns [16-31 | 48-63]
+        v[0][j] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo));
+        v[1][j] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi));
+        v[2][j] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1));
+        v[3][j] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1));
       }
-      __m256i c0, c1;
-      transpose_sums(sums, c0, c1);
-      const __m256i zero = _mm256_setzero_si256();
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr + (2 * ls) * kVR), _mm256_sub_epi32(zero, _mm256_slli_epi32(c0, 7)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr + (2 * ls + 1) * kVR), _mm256_sub_epi32(zero, _mm256_slli_epi32(c1, 7)));
-      // 8x8 dword transpose of ev (groups 0-7) and od (groups 8-15).
-      DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-        __m256i* v = half ? od : ev;
-        __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]), a1 = _mm256_unpackhi_epi32(v[0], v[1]);
-        __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]), a3 = _mm256_unpackhi_epi32(v[2], v[3]);
-        __m256i a4 = _mm256_unpacklo_epi32(v[4], v[5]), a5 = _mm256_unpackhi_epi32(v[4], v[5]);
-        __m256i a6 = _mm256_unpacklo_epi32(v[6], v[7]), a7 = _mm256_unpackhi_epi32(v[6], v[7]);
-        __m256i b0 = _mm256_unpacklo_epi64(a0, a2), b1 = _mm256_unpackhi_epi64(a0, a2);
-        __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
-        __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
-        __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
-        uint8_t* o = dst + ls * kSpanBytes + half * 8 * kVR * 4;
-        constexpr int G = kVR * 4;  // bytes per group
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 0 * G), _mm256_permute2x128_si256(b0, b4, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 1 * G), _mm256_permute2x128_si256(b1, b5, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * G), _mm256_permute2x128_si256(b2, b6, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 3 * G), _mm256_permute2x128_si256(b3, b7, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 4 * G), _mm256_permute2x128_si256(b0, b4, 0x31));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 5 * G), _mm256_permute2x128_si256(b1, b5, 0x31));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 6 * G), _mm256_permute2x128_si256(b2, b6, 0x31));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 7 * G), _mm256_permute2x128_si256(b3, b7, 0x31));
-      }
+      DSV4_UNROLL for (int k = 0; k < 4; ++k) transpose8_store(v[k], dst + (ls * 32 + k * 8) * kPairBytes, kPairBytes);
     }
     const int64_t lb_end = mn<int64_t>(2 * ns, nb - 2 * s0);
     for (int64_t lb = 0; lb < lb_end; ++lb)
@@ -904,8 +911,8 @@ static inline IVec iload(const void* p) { return _mm512_load_si512(p); }
 static inline FVec fload(const float* p) { return _mm512_load_ps(p); }
 static inline FVec fset1(float v) { return _mm512_set1_ps(v); }
 static inline IVec iset1(int32_t v) { return _mm512_set1_epi32(v); }
-static inline IVec iadd(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
-static inline IVec ishl8(IVec a) { return _mm512_slli_epi32(a, 8); }
+static inline IVec izero() { return _mm512_setzero_si512(); }
+static inline IVec imadd(IVec acc, IVec x, IVec w) { return _mm512_dpwssd_epi32(acc, x, w); }
 static inline FVec fma_block(IVec i, FVec c, FVec acc) { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), c, acc); }
 static inline FVec fmul(FVec a, FVec b) { return _mm512_mul_ps(a, b); }
 static inline FVec fzero() { return _mm512_setzero_ps(); }
@@ -923,8 +930,12 @@ static inline IVec iload(const void* p) { return _mm256_load_si256(static_cast<c
 static inline FVec fload(const float* p) { return _mm256_load_ps(p); }
 static inline FVec fset1(float v) { return _mm256_set1_ps(v); }
 static inline IVec iset1(int32_t v) { return _mm256_set1_epi32(v); }
-static inline IVec iadd(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
-static inline IVec ishl8(IVec a) { return _mm256_slli_epi32(a, 8); }
+static inline IVec izero() { return _mm256_setzero_si256(); }
+#if defined(DSV4_SIMD_VNNI)
+static inline IVec imadd(IVec acc, IVec x, IVec w) { return _mm256_dpwssd_epi32(acc, x, w); }
+#else
+static inline IVec imadd(IVec acc, IVec x, IVec w) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w)); }
+#endif
 static inline FVec fma_block(IVec i, FVec c, FVec acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), c, acc); }
 static inline FVec fmul(FVec a, FVec b) { return _mm256_mul_ps(a, b); }
 static inline FVec fzero() { return _mm256_setzero_ps(); }
@@ -932,119 +943,97 @@ static inline FVec yload(const float* p, int valid) { return _mm256_maskload_ps(
 static inline void ystore(float* p, FVec v, int valid) { _mm256_maskstore_ps(p, mask_first(valid), v); }
 #endif
 
-static inline int32_t load4(const uint8_t* p) {
+// An empty asm that claims to modify v: the compiler must keep v in a register as is here.
+static inline void reg_barrier(IVec& v) { __asm__("" : "+v"(v)); }
+
+static inline int32_t load4(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
 
-// One block's exact integer sums for kVR rows x NA activations. ws: the row group's span,
-// G0: the block's first group (0 or 4; groups G0..G0+3 and G0+8..G0+11 hold its 32 columns),
-// xs: the activations' span in the ug layout (first activation of the tile), cv: -128 * sum of
-// the weights.
-template <int NA, int G0>
-static inline void fp4_block_sums(const uint8_t* ws, const uint8_t* xs, IVec cv, IVec* iacc) {
-  constexpr int G = kVR * 4, XG = kd::kActGroup * 4, XP = kd::kUgSpanBytes / 2;
-#if defined(DSV4_SIMD_VNNI)
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = cv;
-  DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
-    if (plane) DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = iadd(ishl8(iacc[a]), cv);
-    DSV4_UNROLL for (int k = 0; k < 8; ++k) {
-      const int g = G0 + (k & 3) + (k >> 2) * 8;
-      const IVec wv = iload(ws + g * G);
-      const uint8_t* xv = xs + plane * XP + g * XG;
-#if defined(DSV4_SIMD_AVX512)
-      DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm512_dpbusd_epi32(iacc[a], iset1(load4(xv + a * 4)), wv);
-#else
-      DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_dpbusd_epi32(iacc[a], iset1(load4(xv + a * 4)), wv);
-#endif
-    }
-  }
-#else
-  const __m256i ones16 = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(cv, _mm256_slli_epi32(cv, 8));
-  DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-    DSV4_UNROLL for (int plane = 0; plane < 2; ++plane) {
-      __m256i p16[NA];
-      DSV4_UNROLL for (int k = 0; k < 4; ++k) {
-        const int g = G0 + half * 8 + k;
-        const __m256i wv = iload(ws + g * G);
-        const uint8_t* xv = xs + plane * XP + g * XG;
-        DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-          __m256i p = _mm256_maddubs_epi16(iset1(load4(xv + a * 4)), wv);
-          p16[a] = k ? _mm256_add_epi16(p16[a], p) : p;
-        }
-      }
-      DSV4_UNROLL for (int a = 0; a < NA; ++a)
-        iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], plane ? ones16 : k256));
-    }
-  }
-#endif
-}
-
-// kVR rows (row group rg of the tile) x NA activations over nbl blocks of the chunk. facc
-// continues the canonical chain: it starts from y (or 0 for the first chunk); `valid` rows of
-// y are read and written. xg: the activations in the ug layout at the chunk's first span;
-// xd[a]: activation a's block scales from the chunk start.
-template <int NA>
-static void fp4_gemm_micro(const Fp4Tile& t, int rg, const uint8_t* xg, const float* const* xd, float* const* yo,
+// RG row groups from rg0 of the tile x NA activations over nbl blocks of the chunk. Per block:
+// exact int32 sums over its 16 column pairs, then facc = fma(float(sum), d * scale / 2, facc),
+// the canonical chain, which starts from y (or 0 for the chunk at column 0); `valid` rows of y
+// from the first row are read and written. xg: the first activation's Q in the qg layout at the
+// chunk's first column pair; xd[a]: activation a's block scales from the chunk start.
+template <int RG, int NA>
+static void fp4_gemm_micro(const Fp4Tile& t, int rg0, const int16_t* xg, const float* const* xd, float* const* yo,
                            int valid, bool first, int64_t nbl) {
-  const uint8_t* wt = t.w + rg * kQSpans * kSpanBytes;
-  const int32_t* corr = t.corr + rg * 2 * kQSpans * kVR;
-  const float* sc = t.sc + rg * 2 * kQSpans * kVR;
-  FVec facc[NA];
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = first ? fzero() : yload(yo[a], valid);
-  for (int64_t b = 0; b < nbl; b += 2) {
-    const int64_t s = b >> 1;
-    const uint8_t* ws = wt + s * kSpanBytes;
-    const uint8_t* xs = xg + s * kd::kUgSpanBytes;
-    IVec iacc[NA];
-    fp4_block_sums<NA, 0>(ws, xs, iload(corr + b * kVR), iacc);
-    const FVec sc0 = fload(sc + b * kVR);
-    DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = fma_block(iacc[a], fmul(fset1(xd[a][b]), sc0), facc[a]);
-    if (b + 1 < nbl) {
-      fp4_block_sums<NA, 4>(ws, xs, iload(corr + (b + 1) * kVR), iacc);
-      const FVec sc1 = fload(sc + (b + 1) * kVR);
-      DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = fma_block(iacc[a], fmul(fset1(xd[a][b + 1]), sc1), facc[a]);
+  const uint8_t* wt = t.w + rg0 * kRGBytes;
+  const float* sc = t.sc + rg0 * 2 * kQSpans * kVR;
+  constexpr int kCS = 2 * kQSpans * kVR;  // row group stride of sc
+  int vr[RG];
+  DSV4_UNROLL for (int r = 0; r < RG; ++r) vr[r] = valid - r * kVR < 0 ? 0 : (valid - r * kVR > kVR ? kVR : valid - r * kVR);
+  FVec facc[RG * NA];
+  DSV4_UNROLL for (int r = 0; r < RG; ++r) DSV4_UNROLL for (int a = 0; a < NA; ++a)
+    facc[r * NA + a] = first ? fzero() : yload(yo[a] + r * kVR, vr[r]);
+  for (int64_t b = 0; b < nbl; ++b) {
+    const uint8_t* wb = wt + b * 16 * kPairBytes;
+    const int16_t* xb = xg + b * 16 * 2 * kd::kActGroup;
+    IVec iacc[RG * NA];
+    DSV4_UNROLL for (int i = 0; i < RG * NA; ++i) iacc[i] = izero();
+    DSV4_UNROLL for (int p = 0; p < 16; ++p) {
+      IVec wv[RG];
+      DSV4_UNROLL for (int r = 0; r < RG; ++r) wv[r] = iload(wb + r * kRGBytes + p * kPairBytes);
+      DSV4_UNROLL for (int a = 0; a < NA; ++a) {
+        const IVec xv = iset1(load4(xb + p * 2 * kd::kActGroup + a * 2));
+        DSV4_UNROLL for (int r = 0; r < RG; ++r) iacc[r * NA + a] = imadd(iacc[r * NA + a], xv, wv[r]);
+      }
+      // Keep each sum one chain in its register: re-associated into a tree (integer adds
+      // allow it), the 16 products per sum would be live at once and spill.
+      DSV4_UNROLL for (int i = 0; i < RG * NA; ++i) reg_barrier(iacc[i]);
+    }
+    DSV4_UNROLL for (int r = 0; r < RG; ++r) {
+      const FVec scv = fload(sc + r * kCS + b * kVR);
+      DSV4_UNROLL for (int a = 0; a < NA; ++a)
+        facc[r * NA + a] = fma_block(iacc[r * NA + a], fmul(fset1(xd[a][b]), scv), facc[r * NA + a]);
     }
   }
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) ystore(yo[a], facc[a], valid);
+  DSV4_UNROLL for (int r = 0; r < RG; ++r) DSV4_UNROLL for (int a = 0; a < NA; ++a)
+    ystore(yo[a] + r * kVR, facc[r * NA + a], vr[r]);
 }
 
 static void fp4_gemm(const MatmulJob& job, int64_t r0, int64_t r1) {
   static_assert(kd::kActGroup % kNA == 0, "register tiles must not straddle activation groups");
+  static_assert(kRG % kRT == 0, "register tiles must not straddle weight tiles");
   const Matrix& w = job.w;
   const int64_t n = job.n, nb = ceil_div(w.cols, 32), pc = job.padded_cols, spans = pc / 64;
   Fp4Tile t;
   for (int64_t t0 = r0; t0 < r1; t0 += kQTile) {
     const int64_t t1 = mn(r1, t0 + kQTile);
-    const int groups = static_cast<int>(ceil_div(t1 - t0, kVR));
     for (int64_t s0 = 0; s0 < spans; s0 += kQSpans) {
       const int64_t ns = mn<int64_t>(kQSpans, spans - s0);
       const int64_t nbl = mn<int64_t>(2 * ns, nb - 2 * s0);
       fp4_decode_tile(w, t0, t1, s0, ns, t);
       for (int64_t i0 = 0; i0 < n; i0 += kNA) {
         const int na = static_cast<int>(mn<int64_t>(kNA, n - i0));
-        const uint8_t* xg = job.ug + ((i0 / kd::kActGroup) * spans + s0) * kd::kUgSpanBytes + (i0 % kd::kActGroup) * 4;
+        const int16_t* xg =
+            job.qg + (i0 / kd::kActGroup) * kd::kActGroup * pc + s0 * 32 * 2 * kd::kActGroup + (i0 % kd::kActGroup) * 2;
         const float* xd[kNA];
         for (int a = 0; a < na; ++a) xd[a] = job.d + (i0 + a) * nb + 2 * s0;
-        for (int rg = 0; rg < groups; ++rg) {
+        for (int rg = 0; rg * kVR < t1 - t0; rg += kRT) {
           const int64_t rbase = t0 + rg * kVR;
-          const int valid = static_cast<int>(mn<int64_t>(kVR, t1 - rbase));
+          const int valid = static_cast<int>(mn<int64_t>(kRT * kVR, t1 - rbase));
           float* yo[kNA];
           for (int a = 0; a < na; ++a) yo[a] = job.y + (i0 + a) * job.y_stride + rbase;
           const bool first = s0 == 0;
           switch (na) {
 #if defined(DSV4_SIMD_AVX512)
-            case 8: fp4_gemm_micro<8>(t, rg, xg, xd, yo, valid, first, nbl); break;
-            case 7: fp4_gemm_micro<7>(t, rg, xg, xd, yo, valid, first, nbl); break;
-            case 6: fp4_gemm_micro<6>(t, rg, xg, xd, yo, valid, first, nbl); break;
-            case 5: fp4_gemm_micro<5>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 8: fp4_gemm_micro<kRT, 8>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 7: fp4_gemm_micro<kRT, 7>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 6: fp4_gemm_micro<kRT, 6>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 5: fp4_gemm_micro<kRT, 5>(t, rg, xg, xd, yo, valid, first, nbl); break;
+#else
+            case 8: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 8>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 7: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 7>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 6: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 6>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 5: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 5>(t, rg, xg, xd, yo, valid, first, nbl); break;
 #endif
-            case 4: fp4_gemm_micro<4>(t, rg, xg, xd, yo, valid, first, nbl); break;
-            case 3: fp4_gemm_micro<3>(t, rg, xg, xd, yo, valid, first, nbl); break;
-            case 2: fp4_gemm_micro<2>(t, rg, xg, xd, yo, valid, first, nbl); break;
-            default: fp4_gemm_micro<1>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 4: if constexpr (kNA >= 4) fp4_gemm_micro<kRT, 4>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 3: if constexpr (kNA >= 4) fp4_gemm_micro<kRT, 3>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 2: fp4_gemm_micro<kRT, 2>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            default: fp4_gemm_micro<kRT, 1>(t, rg, xg, xd, yo, valid, first, nbl); break;
           }
         }
       }
