@@ -690,7 +690,7 @@ static inline __m512i fp4_2span_offset(__m512i raw, const __m512i* x) {
 }
 #endif
 
-static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
+[[maybe_unused]] static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   const Matrix& w = job.w;
   const int64_t cols = w.cols, nb = ceil_div(cols, 32), pc = job.padded_cols, rb = cols / 2;
   const int64_t full_spans = cols / 64, spans = pc / 64;
@@ -753,29 +753,6 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
       scales_8x8(src, sc);
     };
     int64_t s = 0;
-#if defined(DSV4_SIMD_AVX512)
-    for (; s + 2 <= full_spans; s += 2) {
-      if ((s & 3) == 0) load_scales(s);
-      prefetch_span(s);
-      prefetch_span(s + 1);
-      __m512i xv[4];
-      {
-        const int8_t* src[4] = {q + s * 64, q + s * 64 + 32, ql + s * 64, ql + s * 64 + 32};
-        for (int k = 0; k < 4; ++k)
-          xv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k]))),
-                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k] + 64)), 1);
-      }
-      __m256i hl[4], hh[4];
-      DSV4_UNROLL for (int j = 0; j < 8; j += 2) {
-        __m512i a = fp4_2span_offset(_mm512_loadu_si512(rows[j] + s * 32), xv);
-        __m512i b = fp4_2span_offset(_mm512_loadu_si512(rows[j + 1] + s * 32), xv);
-        hl[j / 2] = _mm256_hadd_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b));
-        hh[j / 2] = _mm256_hadd_epi32(_mm512_extracti64x4_epi64(a, 1), _mm512_extracti64x4_epi64(b, 1));
-      }
-      finish(hl, s);
-      finish(hh, s + 1);
-    }
-#endif
     for (; s < spans; ++s) {
       if ((s & 3) == 0) load_scales(s);
       prefetch_span(s);
@@ -807,6 +784,101 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
     for (int j = 0; j < 8 && r + j < r1; ++j) job.y[r + j] = out[j];
   }
 }
+
+#if defined(DSV4_SIMD_AVX512)
+// AVX-512 matrix-vector: 16 rows at a time, two spans (128 columns, 64 packed bytes per row)
+// per step. Each row's vector holds 4 int32 partial sums for each of blocks 2s .. 2s+3 (one
+// 128-bit lane per block); unpack + add twice leaves [4 rows' full sums] per lane, and a 4x4
+// transpose of 128-bit lanes gives, per block, the 16 rows' sums in one register: the float
+// chain then runs on 16 rows (lanes) at once. The last step reads past the row end through
+// masks (zero weights there meet zero activations: the columns past `cols` are padding).
+static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
+  const Matrix& w = job.w;
+  const int64_t cols = w.cols, nb = ceil_div(cols, 32), pc = job.padded_cols, rb = cols / 2;
+  const int64_t spans = pc / 64;
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  const int8_t* q = job.q;
+  const int8_t* ql = job.ql;
+  const float* d = job.d;
+  const int32_t* q12 = job.qsum12;
+  for (int64_t r = r0; r < r1; r += 16) {
+    const uint8_t* rows[16];
+    const uint8_t* srows[16];
+    for (int j = 0; j < 16; ++j) {
+      int64_t rr = mn(r + j, r1 - 1);  // a short group repeats its last row
+      rows[j] = base + rr * rb;
+      srows[j] = w.scales + rr * nb;
+    }
+    // The next 16-row group is one contiguous block: pull it in linearly, a slice per step.
+    const uint8_t* pf = r + 16 < r1 ? base + (r + 16) * rb : nullptr;
+    const int64_t pf_rows = pf ? mn<int64_t>(r1, r + 32) - (r + 16) : 0;
+    const int64_t pf_bytes = pf_rows * rb;
+    const int64_t steps = ceil_div(spans, 2);
+    const int64_t pf_step = steps ? (pf_bytes / steps + 63) / 64 * 64 : 0;
+    if (pf) {
+      const uint8_t* ps = w.scales + (r + 16) * nb;
+      for (int64_t o = 0; o < pf_rows * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ps + o), _MM_HINT_T0);
+    }
+    __m512 acc = _mm512_setzero_ps();
+    __m512 sc[8];
+    for (int64_t s = 0; s < spans; s += 2) {
+      if ((s & 3) == 0) {  // 8 blocks = 4 spans of scales, rows 0-7 and 8-15
+        const int64_t b0 = 2 * s;
+        __m256 lo[8], hi[8];
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* src[8];
+          uint8_t tmp[8][8];
+          for (int j = 0; j < 8; ++j) {
+            const uint8_t* sr = srows[half * 8 + j];
+            if (b0 + 8 <= nb) {
+              src[j] = sr + b0;
+            } else {
+              for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? sr[b0 + k] : 127;
+              src[j] = tmp[j];
+            }
+          }
+          scales_8x8(src, half ? hi : lo);
+        }
+        for (int k = 0; k < 8; ++k) sc[k] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[k]), hi[k], 1);
+      }
+      if (pf)
+        for (int64_t o = (s / 2) * pf_step; o < (s / 2 + 1) * pf_step && o < pf_bytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(pf + o), _MM_HINT_T0);
+      const bool two = s + 1 < spans;
+      __m512i xv[4];
+      {
+        const int8_t* src[4] = {q + s * 64, q + s * 64 + 32, ql + s * 64, ql + s * 64 + 32};
+        for (int k = 0; k < 4; ++k) {
+          __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k]));
+          __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k] + 64)) : _mm256_setzero_si256();
+          xv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+      }
+      const int64_t avail = rb - s * 32;  // packed bytes of the row from this step on
+      const __mmask64 m = avail >= 64 ? ~__mmask64{0} : ((__mmask64{1} << avail) - 1);
+      __m512i v[16];
+      DSV4_UNROLL for (int j = 0; j < 16; ++j) v[j] = fp4_2span_offset(_mm512_maskz_loadu_epi8(m, rows[j] + s * 32), xv);
+      __m512i t[8], u[4];
+      DSV4_UNROLL for (int k = 0; k < 8; ++k)
+        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+      DSV4_UNROLL for (int k = 0; k < 4; ++k)
+        u[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * k], t[2 * k + 1]), _mm512_unpackhi_epi64(t[2 * k], t[2 * k + 1]));
+      const __m512i a0 = _mm512_shuffle_i64x2(u[0], u[1], 0x44), a1 = _mm512_shuffle_i64x2(u[0], u[1], 0xee);
+      const __m512i a2 = _mm512_shuffle_i64x2(u[2], u[3], 0x44), a3 = _mm512_shuffle_i64x2(u[2], u[3], 0xee);
+      const __m512i blk[4] = {_mm512_shuffle_i64x2(a0, a2, 0x88), _mm512_shuffle_i64x2(a0, a2, 0xdd),
+                              _mm512_shuffle_i64x2(a1, a3, 0x88), _mm512_shuffle_i64x2(a1, a3, 0xdd)};
+      DSV4_UNROLL for (int k = 0; k < 4; ++k) {
+        const int64_t b = 2 * s + k;
+        if (b >= nb) break;
+        const __m512i sum = _mm512_sub_epi32(blk[k], _mm512_set1_epi32(q12[b]));
+        const __m512 c = _mm512_mul_ps(_mm512_set1_ps(d[b]), sc[b & 7]);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), c, acc);
+      }
+    }
+    _mm512_mask_storeu_ps(job.y + r, static_cast<__mmask16>(r1 - r >= 16 ? 0xffff : (1u << (r1 - r)) - 1), acc);
+  }
+}
+#endif
 
 // ---------------------------------------------------------------------------------------
 // Fast FP4, several activation rows: int16 x int16 products. A 32-row x 512-column tile is
@@ -1062,7 +1134,11 @@ static void matmul_rows(const MatmulJob& job, int64_t r0, int64_t r1) {
     case WeightFormat::kFP4:
       if (fast) {
         if (job.n == 1) {
+#if defined(DSV4_SIMD_AVX512)
+          fp4_matvec512(job, r0, r1);
+#else
           fp4_matvec(job, r0, r1);
+#endif
         } else {
           fp4_gemm(job, r0, r1);
         }
