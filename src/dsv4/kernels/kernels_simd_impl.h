@@ -1,6 +1,6 @@
 // AVX2 + FMA + F16C kernels, written once and compiled twice: in kernels_avx2.cc (the AVX2
 // path) and in kernels_avx512.cc (the same code with EVEX encodings and 32 vector registers,
-// under which that file replaces the int8 kernels with AVX-512 VNNI ones). Include only from
+// under which that file replaces the integer kernels with AVX-512 VNNI ones). Include only from
 // a translation unit built with at least -mavx2 -mfma -mf16c, inside its own namespace.
 //
 // Every function reproduces the canonical order of kernels_scalar.cc bit for bit:
