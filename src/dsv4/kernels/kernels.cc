@@ -78,17 +78,21 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   if (numerics != Numerics::kFast || n == 0 || cols == 0) return;
   size_t qn = static_cast<size_t>(n * in->padded_cols);
   in->q.resize(qn);
-  in->u.resize(qn);
+  in->ql.resize(qn);
+  in->qg.resize(static_cast<size_t>(qg_elems(n, in->padded_cols)));
   in->d.resize(static_cast<size_t>(n * ceil_div(cols, kQBlock)));
   in->qsum12.resize(in->d.size());
-  auto body = [&](int64_t i0, int64_t i1) {
-    t.quantize_rows(x, cols, in->padded_cols, i0, i1, in->q.data(), in->u.data(), in->d.data(),
-                    in->qsum12.data());
-  };
+  const QuantPlanes planes{in->q.data(), in->ql.data(), in->qg.data(), in->d.data(), in->qsum12.data()};
+  auto body = [&](int64_t i0, int64_t i1) { t.quantize_rows(x, cols, in->padded_cols, i0, i1, planes); };
   if (pool && n >= 8) {
     pool->parallel_for(n, std::max<int64_t>(1, n / (4 * pool->size())), body);
   } else {
     body(0, n);
+  }
+  // The batched layout's padding rows (up to the next multiple of 8): zero activations.
+  if (n % kActGroup) {
+    std::vector<int16_t> zero(static_cast<size_t>(in->padded_cols), 0);
+    for (int64_t i = n; i % kActGroup; ++i) scatter_qg(zero.data(), in->padded_cols, i, in->qg.data());
   }
   in->quantized = true;
 }
@@ -114,7 +118,8 @@ bool make_job(const Matrix& w, const QuantizedInput& in, float* y, Numerics nume
   job->w = w;
   job->x = in.x;
   job->q = in.quantized ? in.q.data() : nullptr;
-  job->u = in.quantized ? in.u.data() : nullptr;
+  job->ql = in.quantized ? in.ql.data() : nullptr;
+  job->qg = in.quantized ? in.qg.data() : nullptr;
   job->d = in.quantized ? in.d.data() : nullptr;
   job->qsum12 = in.quantized ? in.qsum12.data() : nullptr;
   job->n = in.n;

@@ -8,8 +8,9 @@
 // matmul computes y[i, r] = sum_c W[r, c] * x[i, c] for i < n with float32 accumulation.
 // Numerics::kReference multiplies float32 activations by the exactly decoded weights;
 // Numerics::kFast is cheaper (see docs/kernels.md for the exact definition of each mode):
-//   FP4  activations quantized to int8 per block of 32 with a float scale, exact integer
-//        block sums, float32 accumulation of the scaled block sums;
+//   FP4  activations quantized to 16-bit integers per block of 32 with a float scale (kept as
+//        two int8 planes), exact integer block sums, float32 accumulation of the scaled block
+//        sums;
 //   FP8  float32 activations pre-multiplied by the weight block scale, weights used unscaled;
 //   BF16/F32  the same as kReference.
 //
@@ -61,10 +62,14 @@ struct QuantizedInput {
   int64_t n = 0;
   int64_t cols = 0;
   int64_t padded_cols = 0;      // cols rounded up to 64
-  std::vector<int8_t> q;        // [n, padded_cols] int8 codes, kernel order (docs/kernels.md)
-  std::vector<uint8_t> u;       // q + 128, same order (the form the batched FP4 kernel uses)
-  std::vector<float> d;         // [n, ceil(cols/32)] block scales: x ~ q * d
-  std::vector<int32_t> qsum12;  // [n, ceil(cols/32)] 12 * (sum of q in the block), for the kernels
+  // x ~ Q * d with Q = 256 * q + ql a 16-bit integer (|Q| <= 32512), per 32-column block.
+  std::vector<int8_t> q;        // [n, padded_cols] high int8 plane, kernel order (docs/kernels.md)
+  std::vector<int8_t> ql;       // [n, padded_cols] low int8 plane, same order
+  // Q as int16 in the batched kernel's layout: per group of 8 activation rows, per pair of
+  // columns (natural order), the 8 rows' two values side by side (docs/kernels.md).
+  std::vector<int16_t> qg;      // [ceil(n/8), padded_cols/2, 8, 2]
+  std::vector<float> d;         // [n, ceil(cols/32)] block scales
+  std::vector<int32_t> qsum12;  // [n, ceil(cols/32)] 12 * (sum of Q in the block), for the kernels
   bool quantized = false;
 };
 

@@ -1,7 +1,9 @@
 // The AVX-512 path (compiled with -mavx512f/bw/vl/dq/vnni). It is the AVX2 code recompiled
 // (EVEX encodings, 32 vector registers: no spills in the register tiles) with the fast FP4
-// integer products done by AVX-512 VNNI vpdpbusd instead of vpmaddubsw + vpmaddwd, the batched
-// float kernel on 512-bit registers (two rows per register, same lanes), and a
+// integer products done by AVX-512 VNNI (vpdpbusd instead of vpmaddubsw + vpmaddwd in the
+// matrix-vector kernel, vpdpwssd instead of vpmaddwd + vpaddd in the batched one) on 512-bit
+// registers (16 rows per register), the batched float kernel on 512-bit registers (two rows
+// per register, same lanes), and a
 // 512-bit FMA probe so the machine limit it reports is this path's real FP32 peak. The
 // results are the same bits (integer block sums are exact; the float order is unchanged).
 // gcc 12's AVX-512 headers build results from _mm*_undefined_*() values (cast, broadcast and

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "dsv4/kernels/formats.h"
@@ -55,11 +56,15 @@ static inline float fp8_fast_value(uint8_t code) {
 // Finite for e <= 134 (block scales up to 2^7; real checkpoints stay below 2^0).
 static inline float fp8_fast_scale(uint8_t e) { return e8m0_to_f32(e) * 0x1p120f; }
 
+// Fast-mode activations are 16-bit integers Q per 32-column block, |Q| <= kQMax = 127 * 256,
+// kept as two int8 planes: Q = 256 * hi + lo with hi in [-127, 127] and lo in [-128, 127].
+inline constexpr int32_t kQMax = 32512;
+
 // Quantization of one 32-column activation block in fast mode (definition; SIMD must match):
 //   amax = max |x|  (as the integer maximum of the magnitude bits: exact, order-free)
-//   not finite -> d = NaN, q = 0;  d = amax / 127;  d == 0 -> q = 0;
-//   otherwise q = clamp(round_half_even(x / d), -127, 127).
-static inline void quantize_block_ref(const float* x, int len, int8_t* q, float* d) {
+//   not finite -> d = NaN, Q = 0;  d = amax / 32512;  d == 0 -> Q = 0;
+//   otherwise Q = clamp(round_half_even(x / d), -32512, 32512).
+static inline void quantize_block_ref(const float* x, int len, int32_t* q, float* d) {
   uint32_t amax_bits = 0;
   for (int k = 0; k < len; ++k) {
     uint32_t b;
@@ -74,7 +79,8 @@ static inline void quantize_block_ref(const float* x, int len, int8_t* q, float*
     for (int k = 0; k < len; ++k) q[k] = 0;
     return;
   }
-  float dd = amax / 127.0f;
+  const float lim = static_cast<float>(kQMax);
+  float dd = amax / lim;
   *d = dd;
   for (int k = 0; k < len; ++k) {
     if (dd == 0.0f) {
@@ -82,19 +88,48 @@ static inline void quantize_block_ref(const float* x, int len, int8_t* q, float*
       continue;
     }
     float v = std::nearbyint(x[k] / dd);
-    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-    q[k] = static_cast<int8_t>(v);
+    v = v > lim ? lim : (v < -lim ? -lim : v);
+    q[k] = static_cast<int32_t>(v);
   }
 }
+
+// The two planes of Q: hi = floor((Q + 128) / 256), lo = Q - 256 * hi.
+static inline int8_t q_hi(int32_t q) { return static_cast<int8_t>((q + 128) >> 8); }
+static inline int8_t q_lo(int32_t q) { return static_cast<int8_t>(q - 256 * ((q + 128) >> 8)); }
+
+// The batched FP4 kernel's activation layout (QuantizedInput::qg): Q as int16, activation rows
+// in groups of 8; per group and pair of columns (2p, 2p+1) the 8 rows' two values side by side
+// (32 bytes), so a register tile reads one contiguous stream however far apart the rows are.
+inline constexpr int kActGroup = 8;
+
+static inline int64_t qg_elems(int64_t n, int64_t padded_cols) {
+  return ceil_div(n, kActGroup) * kActGroup * padded_cols;
+}
+
+// Writes activation row i's Q (natural column order, padded_cols values) into the qg layout.
+static inline void scatter_qg(const int16_t* q, int64_t padded_cols, int64_t i, int16_t* qg) {
+  int16_t* base = qg + (i / kActGroup) * kActGroup * padded_cols + (i % kActGroup) * 2;
+  for (int64_t p = 0; p < padded_cols / 2; ++p) std::memcpy(base + p * 2 * kActGroup, q + 2 * p, 4);
+}
+
+// Output of quantize_rows: whole-array base pointers (see QuantizedInput).
+struct QuantPlanes {
+  int8_t* q;
+  int8_t* ql;
+  int16_t* qg;
+  float* d;
+  int32_t* qsum12;
+};
 
 // Raw pointers only: the SIMD translation units must not instantiate std::vector members.
 struct MatmulJob {
   Matrix w;
   const float* x = nullptr;     // [n, cols]
-  const int8_t* q = nullptr;    // [n, padded_cols] (fast FP4 only)
-  const uint8_t* u = nullptr;   // [n, padded_cols]
+  const int8_t* q = nullptr;    // [n, padded_cols] high plane (fast FP4 only)
+  const int8_t* ql = nullptr;   // [n, padded_cols] low plane
+  const int16_t* qg = nullptr;  // Q, batched layout (qg_elems)
   const float* d = nullptr;     // [n, ceil(cols/32)]
-  const int32_t* qsum12 = nullptr;  // [n, ceil(cols/32)] 12 * sum of q per block
+  const int32_t* qsum12 = nullptr;  // [n, ceil(cols/32)] 12 * sum of Q per block
   int64_t n = 0;
   int64_t padded_cols = 0;
   float* y = nullptr;
@@ -107,10 +142,10 @@ struct Table {
   const char* name;
   // Computes y[i, r] for all i < n and r in [r0, r1) completely (no cross-call reduction).
   void (*matmul_rows)(const MatmulJob& job, int64_t r0, int64_t r1);
-  // Quantizes activation rows [i0, i1) of x [*, cols] into q, u [*, padded_cols], d and qsum12
-  // [*, ceil(cols/32)] (whole-array base pointers).
-  void (*quantize_rows)(const float* x, int64_t cols, int64_t padded_cols, int64_t i0, int64_t i1, int8_t* q,
-                        uint8_t* u, float* d, int32_t* qsum12);
+  // Quantizes activation rows [i0, i1) of x [*, cols] into the planes q, ql [*, padded_cols],
+  // Q in the batched layout qg, d and qsum12 [*, ceil(cols/32)] (whole-array base pointers).
+  void (*quantize_rows)(const float* x, int64_t cols, int64_t padded_cols, int64_t i0, int64_t i1,
+                        const QuantPlanes& out);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   // Machine-limit probes for the benchmarks: `iters` rounds of independent FMA chains

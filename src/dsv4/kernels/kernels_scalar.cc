@@ -30,7 +30,8 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
   std::vector<float> wrow(static_cast<size_t>(padded), 0.0f), xrow(static_cast<size_t>(padded), 0.0f);
 
   if (job.numerics == Numerics::kFast && w.format == WeightFormat::kFP4) {
-    // Exact integer sum per 32-column block, then one float chain over the blocks in order:
+    // Exact integer sum per 32-column block (|isum| <= 32 * 12 * 32512 < 2^24, so float(isum)
+    // is exact too), then one float chain over the blocks in order:
     //   acc = fma(float(isum_b), d[i,b] * (scale[r,b] / 2), acc).
     const int64_t nb = ceil_div(cols, kQBlock);
     std::vector<int> wq(static_cast<size_t>(cols));
@@ -40,11 +41,15 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
       for (int64_t c = 0; c < cols; ++c) wq[c] = kFp4Doubled[(c & 1) ? (p[c / 2] >> 4) : (p[c / 2] & 15)];
       for (int64_t i = 0; i < n; ++i) {
         const int8_t* q = job.q + i * job.padded_cols;
+        const int8_t* ql = job.ql + i * job.padded_cols;
         const float* d = job.d + i * nb;
         float acc = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
           int32_t isum = 0;
-          for (int64_t c = b * kQBlock; c < std::min(cols, (b + 1) * kQBlock); ++c) isum += wq[c] * q[span_pos(c)];
+          for (int64_t c = b * kQBlock; c < std::min(cols, (b + 1) * kQBlock); ++c) {
+            const int64_t p = span_pos(c);
+            isum += wq[c] * (256 * q[p] + ql[p]);
+          }
           acc = std::fma(static_cast<float>(isum), d[b] * e8m0_half(s[b]), acc);
         }
         job.y[i * job.y_stride + r] = acc;
@@ -76,24 +81,32 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
   }
 }
 
-void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1, int8_t* qall,
-                          uint8_t* uall, float* dall, int32_t* q12all) {
+void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1,
+                          const QuantPlanes& out) {
   const int64_t nb = ceil_div(cols, kQBlock);
-  int8_t blk[kQBlock];
+  int32_t blk[kQBlock];
+  std::vector<int16_t> nat(static_cast<size_t>(pc));
   for (int64_t i = i0; i < i1; ++i) {
+    std::fill(nat.begin(), nat.end(), int16_t{0});
     const float* x = xall + i * cols;
-    int8_t* q = qall + i * pc;
-    uint8_t* u = uall + i * pc;
-    float* d = dall + i * nb;
-    for (int64_t c = 0; c < pc; ++c) q[c] = 0;
+    int8_t* q = out.q + i * pc;
+    int8_t* ql = out.ql + i * pc;
+    float* d = out.d + i * nb;
+    for (int64_t c = 0; c < pc; ++c) q[c] = 0, ql[c] = 0;
     for (int64_t b = 0; b < nb; ++b) {
       int len = static_cast<int>(std::min<int64_t>(kQBlock, cols - b * kQBlock));
       quantize_block_ref(x + b * kQBlock, len, blk, &d[b]);
       int32_t sum = 0;
-      for (int k = 0; k < len; ++k) q[span_pos(b * kQBlock + k)] = blk[k], sum += blk[k];
-      q12all[i * nb + b] = 12 * sum;
+      for (int k = 0; k < len; ++k) {
+        const int64_t p = span_pos(b * kQBlock + k);
+        nat[b * kQBlock + k] = static_cast<int16_t>(blk[k]);
+        q[p] = q_hi(blk[k]);
+        ql[p] = q_lo(blk[k]);
+        sum += blk[k];
+      }
+      out.qsum12[i * nb + b] = 12 * sum;
     }
-    for (int64_t c = 0; c < pc; ++c) u[c] = static_cast<uint8_t>(q[c] + 128);
+    scatter_qg(nat.data(), pc, i, out.qg);
   }
 }
 

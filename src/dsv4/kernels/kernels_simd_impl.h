@@ -1,6 +1,6 @@
 // AVX2 + FMA + F16C kernels, written once and compiled twice: in kernels_avx2.cc (the AVX2
 // path) and in kernels_avx512.cc (the same code with EVEX encodings and 32 vector registers,
-// under which that file replaces the int8 kernels with AVX-512 VNNI ones). Include only from
+// under which that file replaces the integer kernels with AVX-512 VNNI ones). Include only from
 // a translation unit built with at least -mavx2 -mfma -mf16c, inside its own namespace.
 //
 // Every function reproduces the canonical order of kernels_scalar.cc bit for bit:
@@ -103,19 +103,51 @@ static void axpy(float a, const float* x, float* y, int64_t n) {
 // ---------------------------------------------------------------------------------------
 // Fast-mode activation quantization (definition: kd::quantize_block_ref).
 
-static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1, int8_t* qall,
-                          uint8_t* uall, float* dall, int32_t* q12all) {
+// Four int32 vectors (32 values in [-128, 127], in order) -> 32 int8 in order.
+static inline __m256i pack_i32x4_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));  // lane-interleaved
+  // packs work per 128-bit lane: undo the interleave (dwords 0,4,1,5,2,6,3,7).
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline int32_t hsum_epi32(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  return _mm_cvtsi128_si32(h);
+}
+
+static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i0, int64_t i1,
+                          const kd::QuantPlanes& out) {
   const int64_t nb = ceil_div(cols, kd::kQBlock);
-  Buf<int8_t> nat(pc);
+  Buf<int8_t> nat(2 * pc);  // natural column order: high plane at [0, pc), low plane at [pc, 2 pc)
+  Buf<int16_t> nat16(pc);   // Q, natural column order
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i lim = _mm256_set1_epi32(kd::kQMax), nlim = _mm256_set1_epi32(-kd::kQMax),
+                half = _mm256_set1_epi32(128);
   for (int64_t i = i0; i < i1; ++i) {
     const float* x = xall + i * cols;
-    float* d = dall + i * nb;
-    for (int64_t c = 0; c < pc; ++c) nat[c] = 0;
+    float* d = out.d + i * nb;
+    int32_t* q12 = out.qsum12 + i * nb;
+    int8_t* nhi = nat.data();
+    int8_t* nlo = nat.data() + pc;
+    for (int64_t c = 0; c < 2 * pc; ++c) nat[c] = 0;
+    for (int64_t c = 0; c < pc; ++c) nat16[c] = 0;
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + b * 32;
+      q12[b] = 0;
       if ((b + 1) * 32 > cols) {
-        kd::quantize_block_ref(xb, static_cast<int>(cols - b * 32), nat.data() + b * 32, &d[b]);
+        const int len = static_cast<int>(cols - b * 32);
+        int32_t blk[32];
+        kd::quantize_block_ref(xb, len, blk, &d[b]);
+        int32_t sum = 0;
+        for (int k = 0; k < len; ++k) {
+          nat16[b * 32 + k] = static_cast<int16_t>(blk[k]);
+          nhi[b * 32 + k] = kd::q_hi(blk[k]);
+          nlo[b * 32 + k] = kd::q_lo(blk[k]);
+          sum += blk[k];
+        }
+        q12[b] = 12 * sum;
         continue;
       }
       __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8), v2 = _mm256_loadu_ps(xb + 16),
@@ -133,47 +165,46 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
       std::memcpy(&amax, &amax_bits, 4);
       if (amax_bits >= 0x7f800000u) {
         d[b] = std::numeric_limits<float>::quiet_NaN();
-        continue;  // q stays 0
+        continue;  // Q stays 0
       }
-      float dd = amax / 127.0f;
+      float dd = amax / static_cast<float>(kd::kQMax);
       d[b] = dd;
       if (dd == 0.0f) continue;
-      __m256 vd = _mm256_set1_ps(dd);
-      const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
-      auto qz = [&](__m256 v) {
-        __m256i q = _mm256_cvtps_epi32(_mm256_div_ps(v, vd));
-        return _mm256_max_epi32(_mm256_min_epi32(q, lim), nlim);
-      };
-      __m256i q0 = qz(v0), q1 = qz(v1), q2 = qz(v2), q3 = qz(v3);
-      __m256i p01 = _mm256_packs_epi32(q0, q1), p23 = _mm256_packs_epi32(q2, q3);  // lane-interleaved
-      __m256i p = _mm256_packs_epi16(p01, p23);
-      // packs work per 128-bit lane: undo the interleave (dwords 0,4,1,5,2,6,3,7).
-      p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nat.data() + b * 32), p);
+      const __m256 vd = _mm256_set1_ps(dd);
+      __m256i qv[4] = {_mm256_cvtps_epi32(_mm256_div_ps(v0, vd)), _mm256_cvtps_epi32(_mm256_div_ps(v1, vd)),
+                       _mm256_cvtps_epi32(_mm256_div_ps(v2, vd)), _mm256_cvtps_epi32(_mm256_div_ps(v3, vd))};
+      __m256i hi[4], lo[4];
+      for (int k = 0; k < 4; ++k) {
+        qv[k] = _mm256_max_epi32(_mm256_min_epi32(qv[k], lim), nlim);
+        hi[k] = _mm256_srai_epi32(_mm256_add_epi32(qv[k], half), 8);
+        lo[k] = _mm256_sub_epi32(qv[k], _mm256_slli_epi32(hi[k], 8));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nhi + b * 32), pack_i32x4_i8(hi[0], hi[1], hi[2], hi[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nlo + b * 32), pack_i32x4_i8(lo[0], lo[1], lo[2], lo[3]));
+      // |Q| <= 32512: the int16 packs do not saturate; they interleave 64-bit quarters.
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nat16.data() + b * 32),
+                          _mm256_permute4x64_epi64(_mm256_packs_epi32(qv[0], qv[1]), 0xd8));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nat16.data() + b * 32 + 16),
+                          _mm256_permute4x64_epi64(_mm256_packs_epi32(qv[2], qv[3]), 0xd8));
+      q12[b] = 12 * hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(qv[0], qv[1]), _mm256_add_epi32(qv[2], qv[3])));
     }
     // Natural order -> per 64-column span: 32 even columns, then 32 odd columns.
-    int8_t* q = qall + i * pc;
-    uint8_t* u = uall + i * pc;
     const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
                                            10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    for (int64_t s = 0; s < pc; s += 64) {
-      __m256i a = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(nat.data() + s)), split);
-      __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(nat.data() + s + 32)), split);
-      a = _mm256_permute4x64_epi64(a, 0xd8);  // [E0-14, E16-30, O1-15, O17-31]
-      b = _mm256_permute4x64_epi64(b, 0xd8);
-      __m256i ev = _mm256_permute2x128_si256(a, b, 0x20), od = _mm256_permute2x128_si256(a, b, 0x31);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s), ev);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s + 32), od);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s), _mm256_xor_si256(ev, flip));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + s + 32), _mm256_xor_si256(od, flip));
+    for (int plane = 0; plane < 2; ++plane) {
+      const int8_t* src = plane ? nlo : nhi;
+      int8_t* q = (plane ? out.ql : out.q) + i * pc;
+      for (int64_t s = 0; s < pc; s += 64) {
+        __m256i a = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + s)), split);
+        __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + s + 32)), split);
+        a = _mm256_permute4x64_epi64(a, 0xd8);  // [E0-14, E16-30, O1-15, O17-31]
+        b = _mm256_permute4x64_epi64(b, 0xd8);
+        __m256i ev = _mm256_permute2x128_si256(a, b, 0x20), od = _mm256_permute2x128_si256(a, b, 0x31);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s), ev);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + s + 32), od);
+      }
     }
-    int32_t* q12 = q12all + i * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t sum = 0;
-      for (int k = 0; k < 32; ++k) sum += nat[b * 32 + k];
-      q12[b] = 12 * sum;
-    }
+    kd::scatter_qg(nat16.data(), pc, i, out.qg);
   }
 }
 
@@ -624,19 +655,24 @@ static inline __m256i fp4_lut_offset() {  // doubled E2M1 value + 12: unsigned 0
                           12, 11, 10, 9, 8, 6, 4, 0);
 }
 
-// One row's 64-column span against the activations: vpmaddubsw(w + 12 (unsigned), q (signed))
-// per nibble half, both added in int16 (|.| <= 2 * 2 * 24 * 127 < 32768), widened to int32.
-// Lanes 0-3 hold block 2s, 4-7 block 2s+1; the +12 is taken out per block later (12 * sum q).
-static inline __m256i fp4_span_offset(__m256i raw, __m256i xq_e, __m256i xq_o) {
+// One row's 64-column span against the activations Q = 256 * hi + lo: per plane,
+// vpmaddubsw(w + 12 (unsigned), plane (signed)) per nibble half, both added in int16
+// (|.| <= 2 * 2 * 24 * 128 < 32768), then widened to int32 with the plane's weight (256 or 1).
+// Lanes 0-3 hold block 2s, 4-7 block 2s+1; the +12 is taken out per block later (12 * sum Q).
+// Activation vectors: [0] hi even, [1] hi odd, [2] lo even, [3] lo odd.
+static inline __m256i fp4_span_offset(__m256i raw, const __m256i* x) {
   const __m256i m4 = _mm256_set1_epi8(15), lut = fp4_lut_offset();
   __m256i we = _mm256_shuffle_epi8(lut, _mm256_and_si256(raw, m4));
   __m256i wo = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
 #if defined(DSV4_SIMD_VNNI)
-  // vpdpbusd: the same exact sums, 4 products per int32 lane, one instruction per half.
-  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), we, xq_e), wo, xq_o);
+  // vpdpbusd: the same exact sums, 4 products per int32 lane; the high plane's sum is shifted
+  // by 8 before the low plane's products are added to it.
+  __m256i h = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), we, x[0]), wo, x[1]);
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_slli_epi32(h, 8), we, x[2]), wo, x[3]);
 #else
-  __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(we, xq_e), _mm256_maddubs_epi16(wo, xq_o));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(we, x[0]), _mm256_maddubs_epi16(wo, x[1]));
+  __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(we, x[2]), _mm256_maddubs_epi16(wo, x[3]));
+  return _mm256_add_epi32(_mm256_madd_epi16(ph, _mm256_set1_epi16(256)), _mm256_madd_epi16(pl, _mm256_set1_epi16(1)));
 #endif
 }
 
@@ -644,21 +680,23 @@ static inline __m256i fp4_span_offset(__m256i raw, __m256i xq_e, __m256i xq_o) {
 // AVX-512 matrix-vector: two spans (128 columns) per row per step on 512-bit registers. The
 // int32 lanes come out as [block 2s | 2s+1 | 2s+2 | 2s+3] x 4 partial sums; the two 256-bit
 // halves then go through the same transpose as the AVX2 code (exact integer sums either way).
-static inline __m512i fp4_2span_offset(__m512i raw, __m512i xq_e, __m512i xq_o) {
+static inline __m512i fp4_2span_offset(__m512i raw, const __m512i* x) {
   const __m512i m4 = _mm512_set1_epi8(15);
   const __m512i lut = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fp4_lut_offset()));
   __m512i we = _mm512_shuffle_epi8(lut, _mm512_and_si512(raw, m4));
   __m512i wo = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
-  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), we, xq_e), wo, xq_o);
+  __m512i h = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), we, x[0]), wo, x[1]);
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(h, 8), we, x[2]), wo, x[3]);
 }
 #endif
 
-static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
+[[maybe_unused]] static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   const Matrix& w = job.w;
   const int64_t cols = w.cols, nb = ceil_div(cols, 32), pc = job.padded_cols, rb = cols / 2;
   const int64_t full_spans = cols / 64, spans = pc / 64;
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const int8_t* q = job.q;
+  const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
   for (int64_t r = r0; r < r1; r += 8) {
@@ -715,38 +753,18 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
       scales_8x8(src, sc);
     };
     int64_t s = 0;
-#if defined(DSV4_SIMD_AVX512)
-    for (; s + 2 <= full_spans; s += 2) {
-      if ((s & 3) == 0) load_scales(s);
-      prefetch_span(s);
-      prefetch_span(s + 1);
-      const __m512i xe = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 64)), 1);
-      const __m512i xo = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 96)), 1);
-      __m256i hl[4], hh[4];
-      DSV4_UNROLL for (int j = 0; j < 8; j += 2) {
-        __m512i a = fp4_2span_offset(_mm512_loadu_si512(rows[j] + s * 32), xe, xo);
-        __m512i b = fp4_2span_offset(_mm512_loadu_si512(rows[j + 1] + s * 32), xe, xo);
-        hl[j / 2] = _mm256_hadd_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b));
-        hh[j / 2] = _mm256_hadd_epi32(_mm512_extracti64x4_epi64(a, 1), _mm512_extracti64x4_epi64(b, 1));
-      }
-      finish(hl, s);
-      finish(hh, s + 1);
-    }
-#endif
     for (; s < spans; ++s) {
       if ((s & 3) == 0) load_scales(s);
       prefetch_span(s);
-      const __m256i xq_e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64));
-      const __m256i xq_o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32));
+      const __m256i xq[4] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s * 64 + 32)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + s * 64)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + s * 64 + 32))};
       __m256i h[4];
       if (s < full_spans) {
         DSV4_UNROLL for (int j = 0; j < 8; j += 2) {
-          __m256i a = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + s * 32)), xq_e, xq_o);
-          __m256i b = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 1] + s * 32)), xq_e, xq_o);
+          __m256i a = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + s * 32)), xq);
+          __m256i b = fp4_span_offset(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j + 1] + s * 32)), xq);
           h[j / 2] = _mm256_hadd_epi32(a, b);
         }
       } else {
@@ -754,8 +772,8 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
           alignas(32) uint8_t ta[32] = {}, tb[32] = {};
           std::memcpy(ta, rows[j] + s * 32, static_cast<size_t>(rb - s * 32));
           std::memcpy(tb, rows[j + 1] + s * 32, static_cast<size_t>(rb - s * 32));
-          __m256i a = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(ta)), xq_e, xq_o);
-          __m256i b = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(tb)), xq_e, xq_o);
+          __m256i a = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(ta)), xq);
+          __m256i b = fp4_span_offset(_mm256_load_si256(reinterpret_cast<const __m256i*>(tb)), xq);
           h[j / 2] = _mm256_hadd_epi32(a, b);
         }
       }
@@ -767,35 +785,165 @@ static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   }
 }
 
+#if defined(DSV4_SIMD_AVX512)
+// AVX-512 matrix-vector: 16 rows at a time, two spans (128 columns, 64 packed bytes per row)
+// per step. Each row's vector holds 4 int32 partial sums for each of blocks 2s .. 2s+3 (one
+// 128-bit lane per block); unpack + add twice leaves [4 rows' full sums] per lane, and a 4x4
+// transpose of 128-bit lanes gives, per block, the 16 rows' sums in one register: the float
+// chain then runs on 16 rows (lanes) at once. The last step reads past the row end through
+// masks (zero weights there meet zero activations: the columns past `cols` are padding).
+static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
+  const Matrix& w = job.w;
+  const int64_t cols = w.cols, nb = ceil_div(cols, 32), pc = job.padded_cols, rb = cols / 2;
+  const int64_t spans = pc / 64;
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  const int8_t* q = job.q;
+  const int8_t* ql = job.ql;
+  const float* d = job.d;
+  const int32_t* q12 = job.qsum12;
+  for (int64_t r = r0; r < r1; r += 16) {
+    const uint8_t* rows[16];
+    const uint8_t* srows[16];
+    for (int j = 0; j < 16; ++j) {
+      int64_t rr = mn(r + j, r1 - 1);  // a short group repeats its last row
+      rows[j] = base + rr * rb;
+      srows[j] = w.scales + rr * nb;
+    }
+    // The next 16-row group is one contiguous block: pull it in linearly, a slice per step.
+    const uint8_t* pf = r + 16 < r1 ? base + (r + 16) * rb : nullptr;
+    const int64_t pf_rows = pf ? mn<int64_t>(r1, r + 32) - (r + 16) : 0;
+    const int64_t pf_bytes = pf_rows * rb;
+    const int64_t steps = ceil_div(spans, 2);
+    const int64_t pf_step = steps ? (pf_bytes / steps + 63) / 64 * 64 : 0;
+    if (pf) {
+      const uint8_t* ps = w.scales + (r + 16) * nb;
+      for (int64_t o = 0; o < pf_rows * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ps + o), _MM_HINT_T0);
+    }
+    __m512 acc = _mm512_setzero_ps();
+    __m512 sc[8];
+    for (int64_t s = 0; s < spans; s += 2) {
+      if ((s & 3) == 0) {  // 8 blocks = 4 spans of scales, rows 0-7 and 8-15
+        const int64_t b0 = 2 * s;
+        __m256 lo[8], hi[8];
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* src[8];
+          uint8_t tmp[8][8];
+          for (int j = 0; j < 8; ++j) {
+            const uint8_t* sr = srows[half * 8 + j];
+            if (b0 + 8 <= nb) {
+              src[j] = sr + b0;
+            } else {
+              for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? sr[b0 + k] : 127;
+              src[j] = tmp[j];
+            }
+          }
+          scales_8x8(src, half ? hi : lo);
+        }
+        for (int k = 0; k < 8; ++k) sc[k] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[k]), hi[k], 1);
+      }
+      if (pf)
+        for (int64_t o = (s / 2) * pf_step; o < (s / 2 + 1) * pf_step && o < pf_bytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(pf + o), _MM_HINT_T0);
+      const bool two = s + 1 < spans;
+      __m512i xv[4];
+      {
+        const int8_t* src[4] = {q + s * 64, q + s * 64 + 32, ql + s * 64, ql + s * 64 + 32};
+        for (int k = 0; k < 4; ++k) {
+          __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k]));
+          __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[k] + 64)) : _mm256_setzero_si256();
+          xv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+      }
+      const int64_t avail = rb - s * 32;  // packed bytes of the row from this step on
+      const __mmask64 m = avail >= 64 ? ~__mmask64{0} : ((__mmask64{1} << avail) - 1);
+      __m512i v[16];
+      DSV4_UNROLL for (int j = 0; j < 16; ++j) v[j] = fp4_2span_offset(_mm512_maskz_loadu_epi8(m, rows[j] + s * 32), xv);
+      __m512i t[8], u[4];
+      DSV4_UNROLL for (int k = 0; k < 8; ++k)
+        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+      DSV4_UNROLL for (int k = 0; k < 4; ++k)
+        u[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * k], t[2 * k + 1]), _mm512_unpackhi_epi64(t[2 * k], t[2 * k + 1]));
+      const __m512i a0 = _mm512_shuffle_i64x2(u[0], u[1], 0x44), a1 = _mm512_shuffle_i64x2(u[0], u[1], 0xee);
+      const __m512i a2 = _mm512_shuffle_i64x2(u[2], u[3], 0x44), a3 = _mm512_shuffle_i64x2(u[2], u[3], 0xee);
+      const __m512i blk[4] = {_mm512_shuffle_i64x2(a0, a2, 0x88), _mm512_shuffle_i64x2(a0, a2, 0xdd),
+                              _mm512_shuffle_i64x2(a1, a3, 0x88), _mm512_shuffle_i64x2(a1, a3, 0xdd)};
+      DSV4_UNROLL for (int k = 0; k < 4; ++k) {
+        const int64_t b = 2 * s + k;
+        if (b >= nb) break;
+        const __m512i sum = _mm512_sub_epi32(blk[k], _mm512_set1_epi32(q12[b]));
+        const __m512 c = _mm512_mul_ps(_mm512_set1_ps(d[b]), sc[b & 7]);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), c, acc);
+      }
+    }
+    _mm512_mask_storeu_ps(job.y + r, static_cast<__mmask16>(r1 - r >= 16 ? 0xffff : (1u << (r1 - r)) - 1), acc);
+  }
+}
+#endif
+
 // ---------------------------------------------------------------------------------------
-// Fast FP4, several activation rows. A 32-row tile is decoded once into int8 in an interleaved
-// layout (per 4-column group: 8 rows x 4 bytes = one vector) with its per-block column sums
-// and scales; each 8-row x 4-activation register tile then runs vpmaddubsw against the
-// activations in offset form (q + 128, unsigned), starting each block's int32 sum from
-// -128 * (sum of the weights) so it ends exact. Up to 4 vpmaddubsw results are added in int16
-// (|sum| <= 4 * 2 * 255 * 12 < 32768) before widening.
+// Fast FP4, several activation rows: int16 x int16 products. A 32-row x 512-column tile is
+// decoded once into int16 (the doubled E2M1 values) in an interleaved layout: per pair of
+// columns, kVR rows x 2 values = one vector (kVR = 8 rows per 256-bit vector, 16 per 512-bit
+// vector on AVX-512). A register tile of RG * kVR rows x NA activations then takes, per pair
+// of columns, one weight vector per row group and one broadcast of an activation's two Q
+// values (QuantizedInput::qg), and vpmaddwd + vpaddd (AVX2) or VNNI vpdpwssd (AVX-512) adds
+// both products to the row's int32 block sum: exact (|sum| < 2^24), 16 products per 256 bits
+// and instruction. (Two int8 planes through vpmaddubsw would need 2 multiplies per 32 products
+// plus a widening multiply per 4: 25 % more of the multiply instructions that bound this loop.)
 
 constexpr int kQTile = 32;
-constexpr int kQSpans = 16;  // columns per chunk: 16 spans = 1024 = 32 blocks
+constexpr int kQSpans = 8;  // columns per chunk: 8 spans = 512 = 16 blocks
+#if defined(DSV4_SIMD_AVX512)
+constexpr int kVR = 16;  // rows per vector in the batched kernel
+constexpr int kRT = 2;   // row groups (of kVR rows) per register tile
+constexpr int kNA = 4;   // activations per register tile
+#else
+constexpr int kVR = 8;
+constexpr int kRT = 1;
+constexpr int kNA = 8;   // 8 int32 sums + 8 float chains + weights + broadcast: 16+ registers,
+                         // but the float chains are touched once per block (spills are cheap)
+#endif
+constexpr int kRG = kQTile / kVR;              // row groups per tile
+constexpr int kPairBytes = kVR * 4;            // one row group's pair of columns
+constexpr int kRGBytes = kQSpans * 32 * kPairBytes;  // one row group of the tile
 
 struct Fp4Tile {
-  alignas(32) uint8_t w[4 * kQSpans * 512];  // [sub 4][span][group 16][row 8][4]
-  alignas(32) int32_t corr[4 * 2 * kQSpans * 8];  // [sub 4][block][row 8]  -128 * sum of weights
-  alignas(32) float sc[4 * 2 * kQSpans * 8];      // [sub 4][block][row 8]  scale / 2
+  alignas(64) uint8_t w[kRG * kRGBytes];          // [row group][column pair][row kVR][2 x int16]
+  alignas(64) float sc[kRG * 2 * kQSpans * kVR];  // [row group][block][row kVR]  scale / 2
 };
 
-// Decodes rows [t0, t1) (up to 32), spans [s0, s0 + ns) into the tile.
+// 8 vectors of 8 dwords (row j = v[j]) -> dword k of all rows at o + k * stride.
+static inline void transpose8_store(const __m256i* v, uint8_t* o, int64_t stride) {
+  __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]), a1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]), a3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  __m256i a4 = _mm256_unpacklo_epi32(v[4], v[5]), a5 = _mm256_unpackhi_epi32(v[4], v[5]);
+  __m256i a6 = _mm256_unpacklo_epi32(v[6], v[7]), a7 = _mm256_unpackhi_epi32(v[6], v[7]);
+  __m256i b0 = _mm256_unpacklo_epi64(a0, a2), b1 = _mm256_unpackhi_epi64(a0, a2);
+  __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
+  __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
+  __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 0 * stride), _mm256_permute2x128_si256(b0, b4, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 1 * stride), _mm256_permute2x128_si256(b1, b5, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * stride), _mm256_permute2x128_si256(b2, b6, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 3 * stride), _mm256_permute2x128_si256(b3, b7, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 4 * stride), _mm256_permute2x128_si256(b0, b4, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 5 * stride), _mm256_permute2x128_si256(b1, b5, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 6 * stride), _mm256_permute2x128_si256(b2, b6, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 7 * stride), _mm256_permute2x128_si256(b3, b7, 0x31));
+}
+
+// Decodes rows [t0, t1) (up to 32), spans [s0, s0 + ns) into the tile, 8 rows at a time.
 static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0, int64_t ns, Fp4Tile& t) {
   const int64_t cols = w.cols, rb = cols / 2, full_spans = cols / 64, nb = ceil_div(cols, 32);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
-  const __m256i m4 = _mm256_set1_epi8(15), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  for (int sub = 0; sub < 4; ++sub) {
-    uint8_t* dst = t.w + sub * kQSpans * 512;
-    int32_t* corr = t.corr + sub * 2 * kQSpans * 8;
-    float* sc = t.sc + sub * 2 * kQSpans * 8;
+  const __m256i m4 = _mm256_set1_epi8(15);
+  for (int sub = 0; sub < kQTile / 8; ++sub) {
+    const int rg = sub * 8 / kVR, roff = sub * 8 % kVR;  // row group, first row inside it
+    uint8_t* dst = t.w + rg * kRGBytes + roff * 4;
+    float* sc = t.sc + rg * 2 * kQSpans * kVR + roff;
     for (int64_t ls = 0; ls < ns; ++ls) {
       const int64_t s = s0 + ls;
-      __m256i ev[8], od[8], sums[8];
+      __m256i v[4][8];  // [16 columns][row]: 8 pairs of int16 each
       DSV4_UNROLL for (int j = 0; j < 8; ++j) {
         int64_t r = t0 + sub * 8 + j;
         __m256i raw = _mm256_setzero_si256();
@@ -808,134 +956,157 @@ static void fp4_decode_tile(const Matrix& w, int64_t t0, int64_t t1, int64_t s0,
             raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
           }
         }
-        ev[j] = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(raw, m4));
-        od[j] = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-        __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, ev[j]), _mm256_maddubs_epi16(ones8, od[j]));
-        sums[j] = _mm256_madd_epi16(s16, ones16);
+        const __m256i ev = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(raw, m4));
+        const __m256i od = _mm256_shuffle_epi8(fp4_lut(), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+        const __m256i lo = _mm256_unpacklo_epi8(ev, od);  // columns [0-15 | 32-47] in order
+        const __m256i hi = _mm256_unpackhi_epi8(ev, od);  // columns [16-31 | 48-63]
+        v[0][j] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo));
+        v[1][j] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi));
+        v[2][j] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1));
+        v[3][j] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1));
       }
-      __m256i c0, c1;
-      transpose_sums(sums, c0, c1);
-      const __m256i zero = _mm256_setzero_si256();
-      _mm256_store_si256(reinterpret_cast<__m256i*>(corr + (2 * ls) * 8), _mm256_sub_epi32(zero, _mm256_slli_epi32(c0, 7)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(corr + (2 * ls + 1) * 8), _mm256_sub_epi32(zero, _mm256_slli_epi32(c1, 7)));
-      // 8x8 dword transpose of ev (groups 0-7) and od (groups 8-15).
-      DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-        __m256i* v = half ? od : ev;
-        __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]), a1 = _mm256_unpackhi_epi32(v[0], v[1]);
-        __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]), a3 = _mm256_unpackhi_epi32(v[2], v[3]);
-        __m256i a4 = _mm256_unpacklo_epi32(v[4], v[5]), a5 = _mm256_unpackhi_epi32(v[4], v[5]);
-        __m256i a6 = _mm256_unpacklo_epi32(v[6], v[7]), a7 = _mm256_unpackhi_epi32(v[6], v[7]);
-        __m256i b0 = _mm256_unpacklo_epi64(a0, a2), b1 = _mm256_unpackhi_epi64(a0, a2);
-        __m256i b2 = _mm256_unpacklo_epi64(a1, a3), b3 = _mm256_unpackhi_epi64(a1, a3);
-        __m256i b4 = _mm256_unpacklo_epi64(a4, a6), b5 = _mm256_unpackhi_epi64(a4, a6);
-        __m256i b6 = _mm256_unpacklo_epi64(a5, a7), b7 = _mm256_unpackhi_epi64(a5, a7);
-        uint8_t* o = dst + ls * 512 + half * 8 * 32;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 0 * 32), _mm256_permute2x128_si256(b0, b4, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 1 * 32), _mm256_permute2x128_si256(b1, b5, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 2 * 32), _mm256_permute2x128_si256(b2, b6, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 3 * 32), _mm256_permute2x128_si256(b3, b7, 0x20));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 4 * 32), _mm256_permute2x128_si256(b0, b4, 0x31));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 5 * 32), _mm256_permute2x128_si256(b1, b5, 0x31));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 6 * 32), _mm256_permute2x128_si256(b2, b6, 0x31));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o + 7 * 32), _mm256_permute2x128_si256(b3, b7, 0x31));
-      }
+      DSV4_UNROLL for (int k = 0; k < 4; ++k) transpose8_store(v[k], dst + (ls * 32 + k * 8) * kPairBytes, kPairBytes);
     }
     const int64_t lb_end = mn<int64_t>(2 * ns, nb - 2 * s0);
     for (int64_t lb = 0; lb < lb_end; ++lb)
       for (int j = 0; j < 8; ++j) {
         int64_t r = t0 + sub * 8 + j;
-        sc[lb * 8 + j] = r < t1 ? kd::e8m0_half(w.scales[r * nb + 2 * s0 + lb]) : 0.0f;
+        sc[lb * kVR + j] = r < t1 ? kd::e8m0_half(w.scales[r * nb + 2 * s0 + lb]) : 0.0f;
       }
   }
 }
 
-// Blocks of a span: groups 0-3 and 8-11 hold block 2s, groups 4-7 and 12-15 block 2s+1.
-// facc continues the canonical chain: it starts from yo (or 0 for the first chunk).
-template <int NA>
-static void fp4_gemm_micro(const Fp4Tile& t, int sub, const uint8_t* const* xu, const float* const* xd,
-                           float* const* yo, bool first, int64_t nbl) {
-  const uint8_t* wt = t.w + sub * kQSpans * 512;
-  const int32_t* corr = t.corr + sub * 2 * kQSpans * 8;
-  const float* sc = t.sc + sub * 2 * kQSpans * 8;
-  [[maybe_unused]] const __m256i ones16 = _mm256_set1_epi16(1);
-  __m256 facc[NA];
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) facc[a] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(yo[a]);
-  for (int64_t b = 0; b < nbl; ++b) {
-    const int64_t s = b >> 1;
-    const int g0 = static_cast<int>(b & 1) * 4;
-    const uint8_t* ws = wt + s * 512;
-    const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(corr + b * 8));
-    __m256i iacc[NA];
-    DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = cv;
-#if defined(DSV4_SIMD_VNNI)
-    DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-      const int gb = g0 + half * 8;
-      DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
-        DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-          int32_t xv;
-          std::memcpy(&xv, xu[a] + s * 64 + g * 4, 4);
-          iacc[a] = _mm256_dpbusd_epi32(iacc[a], _mm256_set1_epi32(xv), wv);
-        }
-      }
-    }
+#if defined(DSV4_SIMD_AVX512)
+using FVec = __m512;
+using IVec = __m512i;
+static inline IVec iload(const void* p) { return _mm512_load_si512(p); }
+static inline FVec fload(const float* p) { return _mm512_load_ps(p); }
+static inline FVec fset1(float v) { return _mm512_set1_ps(v); }
+static inline IVec iset1(int32_t v) { return _mm512_set1_epi32(v); }
+static inline IVec izero() { return _mm512_setzero_si512(); }
+static inline IVec imadd(IVec acc, IVec x, IVec w) { return _mm512_dpwssd_epi32(acc, x, w); }
+static inline FVec fma_block(IVec i, FVec c, FVec acc) { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), c, acc); }
+static inline FVec fmul(FVec a, FVec b) { return _mm512_mul_ps(a, b); }
+static inline FVec fzero() { return _mm512_setzero_ps(); }
+// Rows >= valid of the vector are neither read nor written (y may end there).
+static inline FVec yload(const float* p, int valid) {
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << valid) - 1), p);
+}
+static inline void ystore(float* p, FVec v, int valid) {
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << valid) - 1), v);
+}
 #else
-    DSV4_UNROLL for (int half = 0; half < 2; ++half) {
-      const int gb = g0 + half * 8;
-      __m256i p16[NA];
-      DSV4_UNROLL for (int a = 0; a < NA; ++a) p16[a] = _mm256_setzero_si256();
-      DSV4_UNROLL for (int g = gb; g < gb + 4; ++g) {
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(ws + g * 32));
-        DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-          int32_t xv;
-          std::memcpy(&xv, xu[a] + s * 64 + g * 4, 4);
-          p16[a] = _mm256_add_epi16(p16[a], _mm256_maddubs_epi16(_mm256_set1_epi32(xv), wv));
-        }
-      }
-      DSV4_UNROLL for (int a = 0; a < NA; ++a) iacc[a] = _mm256_add_epi32(iacc[a], _mm256_madd_epi16(p16[a], ones16));
-    }
+using FVec = __m256;
+using IVec = __m256i;
+static inline IVec iload(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
+static inline FVec fload(const float* p) { return _mm256_load_ps(p); }
+static inline FVec fset1(float v) { return _mm256_set1_ps(v); }
+static inline IVec iset1(int32_t v) { return _mm256_set1_epi32(v); }
+static inline IVec izero() { return _mm256_setzero_si256(); }
+#if defined(DSV4_SIMD_VNNI)
+static inline IVec imadd(IVec acc, IVec x, IVec w) { return _mm256_dpwssd_epi32(acc, x, w); }
+#else
+static inline IVec imadd(IVec acc, IVec x, IVec w) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w)); }
 #endif
-    const __m256 scv = _mm256_load_ps(sc + b * 8);
-    DSV4_UNROLL for (int a = 0; a < NA; ++a) {
-      __m256 c = _mm256_mul_ps(_mm256_set1_ps(xd[a][b]), scv);
-      facc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[a]), c, facc[a]);
+static inline FVec fma_block(IVec i, FVec c, FVec acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), c, acc); }
+static inline FVec fmul(FVec a, FVec b) { return _mm256_mul_ps(a, b); }
+static inline FVec fzero() { return _mm256_setzero_ps(); }
+static inline FVec yload(const float* p, int valid) { return _mm256_maskload_ps(p, mask_first(valid)); }
+static inline void ystore(float* p, FVec v, int valid) { _mm256_maskstore_ps(p, mask_first(valid), v); }
+#endif
+
+// An empty asm that claims to modify v: the compiler must keep v in a register as is here.
+static inline void reg_barrier(IVec& v) { __asm__("" : "+v"(v)); }
+
+static inline int32_t load4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// RG row groups from rg0 of the tile x NA activations over nbl blocks of the chunk. Per block:
+// exact int32 sums over its 16 column pairs, then facc = fma(float(sum), d * scale / 2, facc),
+// the canonical chain, which starts from y (or 0 for the chunk at column 0); `valid` rows of y
+// from the first row are read and written. xg: the first activation's Q in the qg layout at the
+// chunk's first column pair; xd[a]: activation a's block scales from the chunk start.
+template <int RG, int NA>
+static void fp4_gemm_micro(const Fp4Tile& t, int rg0, const int16_t* xg, const float* const* xd, float* const* yo,
+                           int valid, bool first, int64_t nbl) {
+  const uint8_t* wt = t.w + rg0 * kRGBytes;
+  const float* sc = t.sc + rg0 * 2 * kQSpans * kVR;
+  constexpr int kCS = 2 * kQSpans * kVR;  // row group stride of sc
+  int vr[RG];
+  DSV4_UNROLL for (int r = 0; r < RG; ++r) vr[r] = valid - r * kVR < 0 ? 0 : (valid - r * kVR > kVR ? kVR : valid - r * kVR);
+  FVec facc[RG * NA];
+  DSV4_UNROLL for (int r = 0; r < RG; ++r) DSV4_UNROLL for (int a = 0; a < NA; ++a)
+    facc[r * NA + a] = first ? fzero() : yload(yo[a] + r * kVR, vr[r]);
+  for (int64_t b = 0; b < nbl; ++b) {
+    const uint8_t* wb = wt + b * 16 * kPairBytes;
+    const int16_t* xb = xg + b * 16 * 2 * kd::kActGroup;
+    IVec iacc[RG * NA];
+    DSV4_UNROLL for (int i = 0; i < RG * NA; ++i) iacc[i] = izero();
+    DSV4_UNROLL for (int p = 0; p < 16; ++p) {
+      IVec wv[RG];
+      DSV4_UNROLL for (int r = 0; r < RG; ++r) wv[r] = iload(wb + r * kRGBytes + p * kPairBytes);
+      DSV4_UNROLL for (int a = 0; a < NA; ++a) {
+        const IVec xv = iset1(load4(xb + p * 2 * kd::kActGroup + a * 2));
+        DSV4_UNROLL for (int r = 0; r < RG; ++r) iacc[r * NA + a] = imadd(iacc[r * NA + a], xv, wv[r]);
+      }
+      // Keep each sum one chain in its register: re-associated into a tree (integer adds
+      // allow it), the 16 products per sum would be live at once and spill.
+      DSV4_UNROLL for (int i = 0; i < RG * NA; ++i) reg_barrier(iacc[i]);
+    }
+    DSV4_UNROLL for (int r = 0; r < RG; ++r) {
+      const FVec scv = fload(sc + r * kCS + b * kVR);
+      DSV4_UNROLL for (int a = 0; a < NA; ++a)
+        facc[r * NA + a] = fma_block(iacc[r * NA + a], fmul(fset1(xd[a][b]), scv), facc[r * NA + a]);
     }
   }
-  DSV4_UNROLL for (int a = 0; a < NA; ++a) _mm256_storeu_ps(yo[a], facc[a]);
+  DSV4_UNROLL for (int r = 0; r < RG; ++r) DSV4_UNROLL for (int a = 0; a < NA; ++a)
+    ystore(yo[a] + r * kVR, facc[r * NA + a], vr[r]);
 }
 
 static void fp4_gemm(const MatmulJob& job, int64_t r0, int64_t r1) {
+  static_assert(kd::kActGroup % kNA == 0, "register tiles must not straddle activation groups");
+  static_assert(kRG % kRT == 0, "register tiles must not straddle weight tiles");
   const Matrix& w = job.w;
   const int64_t n = job.n, nb = ceil_div(w.cols, 32), pc = job.padded_cols, spans = pc / 64;
   Fp4Tile t;
-  alignas(32) float ybuf[4 * 4 * 8];  // short row tiles accumulate here instead of in y
   for (int64_t t0 = r0; t0 < r1; t0 += kQTile) {
     const int64_t t1 = mn(r1, t0 + kQTile);
-    const int subs = static_cast<int>(ceil_div(t1 - t0, 8));
     for (int64_t s0 = 0; s0 < spans; s0 += kQSpans) {
       const int64_t ns = mn<int64_t>(kQSpans, spans - s0);
       const int64_t nbl = mn<int64_t>(2 * ns, nb - 2 * s0);
       fp4_decode_tile(w, t0, t1, s0, ns, t);
-      for (int64_t i0 = 0; i0 < n; i0 += 4) {
-        const int na = static_cast<int>(mn<int64_t>(4, n - i0));
-        const uint8_t* xu[4];
-        const float* xd[4];
-        for (int a = 0; a < na; ++a) xu[a] = job.u + (i0 + a) * pc + s0 * 64, xd[a] = job.d + (i0 + a) * nb + 2 * s0;
-        for (int sub = 0; sub < subs; ++sub) {
-          const int64_t rbase = t0 + sub * 8;
-          const bool full = rbase + 8 <= t1;
-          float* yo[4];
-          for (int a = 0; a < na; ++a)
-            yo[a] = full ? job.y + (i0 + a) * job.y_stride + rbase : ybuf + (sub * 4 + a) * 8;
+      for (int64_t i0 = 0; i0 < n; i0 += kNA) {
+        const int na = static_cast<int>(mn<int64_t>(kNA, n - i0));
+        const int16_t* xg =
+            job.qg + (i0 / kd::kActGroup) * kd::kActGroup * pc + s0 * 32 * 2 * kd::kActGroup + (i0 % kd::kActGroup) * 2;
+        const float* xd[kNA];
+        for (int a = 0; a < na; ++a) xd[a] = job.d + (i0 + a) * nb + 2 * s0;
+        for (int rg = 0; rg * kVR < t1 - t0; rg += kRT) {
+          const int64_t rbase = t0 + rg * kVR;
+          const int valid = static_cast<int>(mn<int64_t>(kRT * kVR, t1 - rbase));
+          float* yo[kNA];
+          for (int a = 0; a < na; ++a) yo[a] = job.y + (i0 + a) * job.y_stride + rbase;
+          const bool first = s0 == 0;
           switch (na) {
-            case 4: fp4_gemm_micro<4>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
-            case 3: fp4_gemm_micro<3>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
-            case 2: fp4_gemm_micro<2>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
-            default: fp4_gemm_micro<1>(t, sub, xu, xd, yo, s0 == 0, nbl); break;
+#if defined(DSV4_SIMD_AVX512)
+            case 8: fp4_gemm_micro<kRT, 8>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 7: fp4_gemm_micro<kRT, 7>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 6: fp4_gemm_micro<kRT, 6>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 5: fp4_gemm_micro<kRT, 5>(t, rg, xg, xd, yo, valid, first, nbl); break;
+#else
+            case 8: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 8>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 7: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 7>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 6: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 6>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 5: if constexpr (kNA >= 8) fp4_gemm_micro<kRT, 5>(t, rg, xg, xd, yo, valid, first, nbl); break;
+#endif
+            case 4: if constexpr (kNA >= 4) fp4_gemm_micro<kRT, 4>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 3: if constexpr (kNA >= 4) fp4_gemm_micro<kRT, 3>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            case 2: fp4_gemm_micro<kRT, 2>(t, rg, xg, xd, yo, valid, first, nbl); break;
+            default: fp4_gemm_micro<kRT, 1>(t, rg, xg, xd, yo, valid, first, nbl); break;
           }
-          if (!full && s0 + kQSpans >= spans)
-            for (int a = 0; a < na; ++a)
-              for (int64_t j = 0; j < t1 - rbase; ++j) job.y[(i0 + a) * job.y_stride + rbase + j] = yo[a][j];
         }
       }
     }
@@ -963,7 +1134,11 @@ static void matmul_rows(const MatmulJob& job, int64_t r0, int64_t r1) {
     case WeightFormat::kFP4:
       if (fast) {
         if (job.n == 1) {
+#if defined(DSV4_SIMD_AVX512)
+          fp4_matvec512(job, r0, r1);
+#else
           fp4_matvec(job, r0, r1);
+#endif
         } else {
           fp4_gemm(job, r0, r1);
         }
