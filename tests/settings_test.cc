@@ -60,5 +60,24 @@ TEST(Settings, EveryVariableInTheSourceIsRegistered) {
   EXPECT_GT(files, 20);
 }
 
+
+// main.cc builds the command line only from the table: no flag is declared anywhere else, and
+// every flag in the table is offered by some command.
+TEST(Settings, EveryFlagComesFromTheTable) {
+  const std::string main_cc = test::read_file("src/dsv4/cli/main.cc");
+  const std::regex declared("add_(option|flag)\\(");
+  const auto n_declared = std::distance(std::sregex_iterator(main_cc.begin(), main_cc.end(), declared), std::sregex_iterator());
+  EXPECT_EQ(n_declared, 2) << "flags must be declared through add(cmd, key, target) with a settings key";
+  std::set<std::string> keys;
+  for (const Setting& s : all_settings()) {
+    EXPECT_TRUE(keys.insert(s.key).second) << "duplicate key " << s.key;
+    EXPECT_FALSE(s.help.empty()) << s.key;
+    EXPECT_FALSE(s.type.empty()) << s.key;
+    if (!s.flag.empty()) {
+      EXPECT_NE(main_cc.find("\"" + s.key + "\""), std::string::npos) << s.flag << " (" << s.key << ") is offered by no command";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsv4

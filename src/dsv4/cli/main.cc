@@ -18,11 +18,15 @@ namespace {
 
 using dsv4::setting;
 
-// Adds the registered setting `key` to `cmd`, bound to `target`.
+// Adds the registered setting `key` to `cmd`, bound to `target` (a flag when it is a bool).
 template <typename T>
 CLI::Option* add(CLI::App* cmd, const char* key, T& target) {
   const dsv4::Setting& s = setting(key);
-  CLI::Option* opt = cmd->add_option(s.flag, target, s.help);
+  CLI::Option* opt;
+  if constexpr (std::is_same_v<T, bool>)
+    opt = cmd->add_flag(s.flag, target, s.help);
+  else
+    opt = cmd->add_option(s.flag, target, s.help);
   if (!s.env.empty()) opt->envname(s.env);
   return opt;
 }
@@ -50,10 +54,9 @@ void add_sampling_options(CLI::App* cmd, dsv4::cli::SamplingOptions& s) {
 }
 
 void add_chat_style(CLI::App* cmd, dsv4::cli::ChatStyle& c) {
-  cmd->add_option("--system", c.system, "system prompt");
-  cmd->add_flag("--think,!--no-think", c.think, "thinking mode: the model reasons before answering (default: off)");
-  cmd->add_option("--effort", c.effort, "reasoning effort in thinking mode: high or max")
-      ->check(CLI::IsMember({"high", "max"}));
+  add(cmd, "system", c.system);
+  add(cmd, "think", c.think);
+  add(cmd, "effort", c.effort)->check(CLI::IsMember({"high", "max"}));
 }
 
 // CLI11 says "arguments were not expected" without a hint; find the unknown flag and suggest.
@@ -84,9 +87,9 @@ int main(int argc, char** argv) {
   add_model_options(run_cmd, run.model, false);
   add_sampling_options(run_cmd, run.sampling);
   add_chat_style(run_cmd, run.style);
-  run_cmd->add_option("prompt", run.prompt, "the prompt (default: read stdin)");
-  run_cmd->add_flag("--raw", run.raw, "plain text continuation, no chat encoding");
-  run_cmd->add_flag("--json", run.json, "print one JSON object: text, prompt_tokens, tokens, finish_reason, stats");
+  add(run_cmd, "prompt", run.prompt);
+  add(run_cmd, "raw", run.raw);
+  add(run_cmd, "run_json", run.json);
 
   dsv4::cli::ChatOptions chat;
   auto* chat_cmd = app.add_subcommand("chat", "interactive multi-turn chat (reads lines from stdin when not a terminal)");
@@ -110,28 +113,28 @@ int main(int argc, char** argv) {
 
   dsv4::cli::InspectOptions inspect;
   auto* inspect_cmd = app.add_subcommand("inspect", "validate a checkpoint directory and describe it");
-  inspect_cmd->add_option("dir", inspect.dir, "checkpoint directory")->required();
-  inspect_cmd->add_flag("--json", inspect.json, "print JSON");
+  add(inspect_cmd, "inspect_dir", inspect.dir)->required();
+  add(inspect_cmd, "inspect_json", inspect.json);
 
   dsv4::cli::ScoreOptions score;
   auto* score_cmd = app.add_subcommand("score", "teacher-forced logits of a token sequence");
   add_model_options(score_cmd, score.model, true);
-  score_cmd->add_option("--tokens-file", score.tokens_file, "token ids separated by whitespace or commas")->required();
-  score_cmd->add_option("--logits-out", score.logits_out, "output: float32 little-endian [n_tokens, vocab]")->required();
+  add(score_cmd, "tokens_file", score.tokens_file)->required();
+  add(score_cmd, "logits_out", score.logits_out)->required();
 
   dsv4::cli::GenerateOptions gen;
   auto* gen_cmd = app.add_subcommand("generate", "greedy continuation of a token sequence");
   add_model_options(gen_cmd, gen.model, true);
-  gen_cmd->add_option("--tokens", gen.tokens, "prompt token ids, comma-separated")->required();
-  gen_cmd->add_option("-n", gen.n, "tokens to generate")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  gen_cmd->add_flag("--greedy", gen.greedy, "argmax decoding (the only mode of this command)");
-  gen_cmd->add_flag("--print-ids", gen.print_ids, "print the generated ids comma-separated");
+  add(gen_cmd, "tokens", gen.tokens)->required();
+  add(gen_cmd, "generate_n", gen.n)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  add(gen_cmd, "greedy", gen.greedy);
+  add(gen_cmd, "print_ids", gen.print_ids);
 
   dsv4::cli::TokenizeOptions tokenize;
   auto* tokenize_cmd = app.add_subcommand("tokenize", "encode stdin to token ids, or decode ids to text");
-  tokenize_cmd->add_option("-t,--tokenizer", tokenize.tokenizer, "tokenizer.json")->required();
-  tokenize_cmd->add_flag("--jsonl", tokenize.jsonl, "one JSON string (or, with --decode, one JSON array of ids) per line");
-  tokenize_cmd->add_flag("--decode", tokenize.decode, "ids in, text out");
+  add(tokenize_cmd, "tokenizer", tokenize.tokenizer)->required();
+  add(tokenize_cmd, "jsonl", tokenize.jsonl);
+  add(tokenize_cmd, "decode", tokenize.decode);
 
   auto* settings_cmd = app.add_subcommand("settings", "list every flag and DSV4_* environment variable");
 
@@ -147,30 +150,28 @@ int main(int argc, char** argv) {
   auto* synth_cmd = app.add_subcommand("synth", "write a synthetic checkpoint (random weights, official format)");
   {
     dsv4::SynthOptions& s = synth.options;
-    synth_cmd->add_option("--out", s.out, "output directory")->required();
-    synth_cmd->add_flag("--demo", synth.demo, "the small deterministic demo model with a tokenizer (~90 MB)");
-    synth_cmd->add_option("--layers", s.layers, "main layers")->check(CLI::Range(1, 1024));
-    synth_cmd->add_option("--experts", s.experts, "routed experts per layer")->check(CLI::Range(1, 4096));
-    synth_cmd->add_option("--experts-per-token", s.experts_per_token, "top-k")->check(CLI::Range(1, 4096));
-    synth_cmd->add_option("--hidden", s.hidden, "hidden size")->check(CLI::Range(64, 65536));
-    synth_cmd->add_option("--moe-inter", s.moe_inter, "expert intermediate size")->check(CLI::Range(64, 65536));
-    synth_cmd->add_option("--heads", s.heads, "attention heads")->check(CLI::Range(1, 1024));
-    synth_cmd->add_option("--head-dim", s.head_dim, "attention head dim")->check(CLI::Range(4, 4096));
-    synth_cmd->add_option("--rope-dim", s.rope_dim, "rotary dims per head")->check(CLI::Range(2, 4096));
-    synth_cmd->add_option("--q-lora", s.q_lora, "query low rank")->check(CLI::Range(1, 65536));
-    synth_cmd->add_option("--o-groups", s.o_groups, "output projection groups")->check(CLI::Range(1, 1024));
-    synth_cmd->add_option("--o-lora", s.o_lora, "output projection rank")->check(CLI::Range(1, 65536));
-    synth_cmd->add_option("--index-heads", s.index_heads, "indexer heads")->check(CLI::Range(1, 1024));
-    synth_cmd->add_option("--index-head-dim", s.index_head_dim, "indexer head dim")->check(CLI::Range(2, 4096));
-    synth_cmd->add_option("--index-topk", s.index_topk, "indexer top-k")->check(CLI::Range(1, 1 << 20));
-    synth_cmd->add_option("--vocab", s.vocab, "vocabulary size")->check(CLI::Range(16, 16'000'000));
-    synth_cmd->add_option("--hash-layers", s.hash_layers, "hash-routed layers (default: 3 of 43, scaled)")
-        ->check(CLI::Range(0, 1024));
-    synth_cmd->add_option("--mtp", s.mtp_layers, "MTP layers (the real checkpoint has 1)")->check(CLI::Range(0, 16));
-    synth_cmd->add_option("--shard-size", s.shard_bytes, "bytes per shard (approximate)")
-        ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 40));
-    synth_cmd->add_option("--seed", s.seed, "random seed");
-    synth_cmd->add_flag("--quiet", synth.quiet, "no progress on stderr");
+    add(synth_cmd, "synth_out", s.out)->required();
+    add(synth_cmd, "synth_demo", synth.demo);
+    add(synth_cmd, "synth_layers", s.layers)->check(CLI::Range(1, 1024));
+    add(synth_cmd, "synth_experts", s.experts)->check(CLI::Range(1, 4096));
+    add(synth_cmd, "synth_experts_per_token", s.experts_per_token)->check(CLI::Range(1, 4096));
+    add(synth_cmd, "synth_hidden", s.hidden)->check(CLI::Range(64, 65536));
+    add(synth_cmd, "synth_moe_inter", s.moe_inter)->check(CLI::Range(64, 65536));
+    add(synth_cmd, "synth_heads", s.heads)->check(CLI::Range(1, 1024));
+    add(synth_cmd, "synth_head_dim", s.head_dim)->check(CLI::Range(4, 4096));
+    add(synth_cmd, "synth_rope_dim", s.rope_dim)->check(CLI::Range(2, 4096));
+    add(synth_cmd, "synth_q_lora", s.q_lora)->check(CLI::Range(1, 65536));
+    add(synth_cmd, "synth_o_groups", s.o_groups)->check(CLI::Range(1, 1024));
+    add(synth_cmd, "synth_o_lora", s.o_lora)->check(CLI::Range(1, 65536));
+    add(synth_cmd, "synth_index_heads", s.index_heads)->check(CLI::Range(1, 1024));
+    add(synth_cmd, "synth_index_head_dim", s.index_head_dim)->check(CLI::Range(2, 4096));
+    add(synth_cmd, "synth_index_topk", s.index_topk)->check(CLI::Range(1, 1 << 20));
+    add(synth_cmd, "synth_vocab", s.vocab)->check(CLI::Range(16, 16'000'000));
+    add(synth_cmd, "synth_hash_layers", s.hash_layers)->check(CLI::Range(0, 1024));
+    add(synth_cmd, "synth_mtp", s.mtp_layers)->check(CLI::Range(0, 16));
+    add(synth_cmd, "synth_shard_size", s.shard_bytes)->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 40));
+    add(synth_cmd, "synth_seed", s.seed);
+    add(synth_cmd, "synth_quiet", synth.quiet);
   }
 
   // dsv4 bench -m DIR: the model under a RAM budget; dsv4 bench kernels: the matmul kernels.
@@ -179,29 +180,25 @@ int main(int argc, char** argv) {
   bench_cmd->require_subcommand(0, 1);
   {
     add_model_options(bench_cmd, bench.model, false);
-    bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 24));
-    bench_cmd->add_option("--gen-tokens", bench.gen_tokens, "tokens to decode")->check(CLI::Range(1, 1 << 24));
-    bench_cmd->add_option("--seed", bench.seed, "prompt seed");
-    bench_cmd->add_option("--ssd-probe-bytes", bench.probe_bytes, "bytes of shard read to measure the SSD")
-        ->check(CLI::Range(uint64_t{4} << 20, uint64_t{1} << 40));
-    bench_cmd->add_option("--lookahead", bench.lookahead,
-                          "guess experts ahead: off, exact (hash-routed layers only), all (also run routers early)")
-        ->check(CLI::IsMember({"off", "exact", "all"}));
-    bench_cmd->add_flag("--json", bench.json, "print one JSON object");
-    bench_cmd->add_flag("--replay", bench.replay,
-                        "replay the recorded expert requests with a synthetic compute model at several speeds");
-    bench_cmd->add_option("--trace-out", bench.trace_out, "save the recorded expert requests to this file");
-    bench_cmd->add_option("--trace-in", bench.trace_in, "replay a saved trace instead of running the model");
+    add(bench_cmd, "bench_prompt_tokens", bench.prompt_tokens)->check(CLI::Range(1, 1 << 24));
+    add(bench_cmd, "bench_gen_tokens", bench.gen_tokens)->check(CLI::Range(1, 1 << 24));
+    add(bench_cmd, "bench_seed", bench.seed);
+    add(bench_cmd, "bench_ssd_probe_bytes", bench.probe_bytes)->check(CLI::Range(uint64_t{4} << 20, uint64_t{1} << 40));
+    add(bench_cmd, "bench_lookahead", bench.lookahead)->check(CLI::IsMember({"off", "exact", "all"}));
+    add(bench_cmd, "bench_json", bench.json);
+    add(bench_cmd, "bench_replay", bench.replay);
+    add(bench_cmd, "bench_trace_out", bench.trace_out);
+    add(bench_cmd, "bench_trace_in", bench.trace_in);
   }
   dsv4::cli::BenchKernelsOptions bench_kernels;
   auto* bench_kernels_cmd =
       bench_cmd->add_subcommand("kernels", "matmul kernels at V4 Flash shapes vs. the machine's measured limits");
-  bench_kernels_cmd->add_option("--n", bench_kernels.n, "batch sizes, comma-separated")->capture_default_str();
-  bench_kernels_cmd->add_option("--format", bench_kernels.format, "weight formats, comma-separated (fp4,fp8,bf16)");
-  bench_kernels_cmd->add_option("--mode", bench_kernels.mode, "numerics: fast, reference or both")->capture_default_str();
+  add(bench_kernels_cmd, "kernels_n", bench_kernels.n);
+  add(bench_kernels_cmd, "kernels_format", bench_kernels.format);
+  add(bench_kernels_cmd, "kernels_mode", bench_kernels.mode);
   add(bench_kernels_cmd, "threads", bench_kernels.threads)->check(CLI::Range(0, 1024));
-  bench_kernels_cmd->add_option("--seconds", bench_kernels.seconds, "minimum timed seconds per case")->capture_default_str();
-  bench_kernels_cmd->add_flag("--json", bench_kernels.json, "print JSON");
+  add(bench_kernels_cmd, "kernels_seconds", bench_kernels.seconds);
+  add(bench_kernels_cmd, "kernels_json", bench_kernels.json);
 
   try {
     app.parse(argc, argv);
