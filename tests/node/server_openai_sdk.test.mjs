@@ -14,7 +14,9 @@ let server;
 let client;
 
 before(async () => {
-  server = await startServer(binary);
+  // Pace decoding a little so that streaming is observable as several chunks even when the
+  // machine is busy (the server coalesces text produced between two writes).
+  server = await startServer(binary, [], { DSV4_TEST_TOKEN_DELAY_MS: "15" });
   client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "not-needed", maxRetries: 0, timeout: 120000 });
 });
 
