@@ -26,8 +26,14 @@ void feed_forward(const Matrix& w1, const Matrix& w3, const Matrix& w2, const fl
                   kernels::Numerics numerics, ThreadPool* pool, float* y) {
   const int64_t I = w1.rows;
   std::vector<float> g(static_cast<size_t>(n * I)), u(static_cast<size_t>(n * I));
-  kernels::matmul(w1, x, n, g.data(), numerics, pool);
-  kernels::matmul(w3, x, n, u.data(), numerics, pool);
+  // w1 and w3 share x: quantize it once and run both products in one pass over the pool
+  // (the same bits as two matmul calls).
+  kernels::QuantizedInput in;
+  const bool quantize = numerics == kernels::Numerics::kFast && w1.format == kernels::WeightFormat::kFP4 &&
+                        w3.format == kernels::WeightFormat::kFP4;  // only FP4 products use the quantized form
+  kernels::prepare_input(x, n, w1.cols, quantize ? numerics : kernels::Numerics::kReference, &in, pool);
+  const kernels::MatmulTask up[2] = {{&w1, &in, g.data(), 0}, {&w3, &in, u.data(), 0}};
+  kernels::matmul_batch(up, 2, numerics, pool);
   swiglu(g.data(), u.data(), n * I, limit);
   kernels::matmul(w2, g.data(), n, y, numerics, pool);
 }
