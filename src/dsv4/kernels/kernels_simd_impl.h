@@ -858,12 +858,11 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
         for (int half = 0; half < 2; ++half) {
           const uint8_t* src[8];
           uint8_t tmp[8][8];
-          for (int j = 0; j < 8; ++j) {
-            const uint8_t* sr = srows[half * 8 + j];
-            if (b0 + 8 <= nb) {
-              src[j] = sr + b0;
-            } else {
-              for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? sr[b0 + k] : 127;
+          if (b0 + 8 <= nb) {  // tested once, not per row (gcc kept it in the loop)
+            for (int j = 0; j < 8; ++j) src[j] = srows[half * 8 + j] + b0;
+          } else {
+            for (int j = 0; j < 8; ++j) {
+              for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? srows[half * 8 + j][b0 + k] : 127;
               src[j] = tmp[j];
             }
           }
