@@ -622,7 +622,7 @@ static inline __m256i fp4_lut() {
 // holds block 2k's 8 rows in bytes 0-7 and block 2k+1's in bytes 8-15.
 static inline void scale_bytes_8x8(const uint8_t* const* src, __m128i* v) {
   __m128i q[8];
-  for (int j = 0; j < 8; ++j) q[j] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src[j]));
+  DSV4_UNROLL for (int j = 0; j < 8; ++j) q[j] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src[j]));
   __m128i t01 = _mm_unpacklo_epi8(q[0], q[1]), t23 = _mm_unpacklo_epi8(q[2], q[3]);
   __m128i t45 = _mm_unpacklo_epi8(q[4], q[5]), t67 = _mm_unpacklo_epi8(q[6], q[7]);
   __m128i u0 = _mm_unpacklo_epi16(t01, t23), u1 = _mm_unpackhi_epi16(t01, t23);
@@ -637,7 +637,7 @@ static inline void scale_bytes_8x8(const uint8_t* const* src, __m128i* v) {
 // matrix-vector kernels it was a third of the time.
 static inline bool scales_normal(const __m128i* v, int n) {
   __m128i m = _mm_set1_epi8(-1);  // min over (e + 1) mod 256, which is >= 3 exactly for 2..254
-  for (int k = 0; k < n; ++k) m = _mm_min_epu8(m, _mm_add_epi8(v[k], _mm_set1_epi8(1)));
+  DSV4_UNROLL for (int k = 0; k < n; ++k) m = _mm_min_epu8(m, _mm_add_epi8(v[k], _mm_set1_epi8(1)));
   return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(m, _mm_set1_epi8(3)), m)) == 0xffff;
 }
 
@@ -656,7 +656,7 @@ static inline __m256 e8m0_half8(__m256i e) {
 // scales as floats (e8m0_half bit-exactly).
 static inline void scales_from_bytes(const __m128i* v, __m256* out) {
   const bool normal = scales_normal(v, 4);
-  for (int k = 0; k < 8; ++k) {
+  DSV4_UNROLL for (int k = 0; k < 8; ++k) {
     const __m256i e = _mm256_cvtepu8_epi32((k & 1) ? _mm_srli_si128(v[k / 2], 8) : v[k / 2]);
     out[k] = normal ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23))
                     : e8m0_half8(e);
@@ -855,11 +855,11 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
       if ((s & 3) == 0) {  // 8 blocks = 4 spans of scales, rows 0-7 and 8-15
         const int64_t b0 = 2 * s;
         __m128i bytes[2][4];
-        for (int half = 0; half < 2; ++half) {
+        DSV4_UNROLL for (int half = 0; half < 2; ++half) {
           const uint8_t* src[8];
           uint8_t tmp[8][8];
           if (b0 + 8 <= nb) {  // tested once, not per row (gcc kept it in the loop)
-            for (int j = 0; j < 8; ++j) src[j] = srows[half * 8 + j] + b0;
+            DSV4_UNROLL for (int j = 0; j < 8; ++j) src[j] = srows[half * 8 + j] + b0;
           } else {
             for (int j = 0; j < 8; ++j) {
               for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? srows[half * 8 + j][b0 + k] : 127;
@@ -870,7 +870,7 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
         }
         if (scales_normal(bytes[0], 4) && scales_normal(bytes[1], 4)) {
           // The usual case (see scales_normal): one 16-row conversion per block.
-          for (int k = 0; k < 8; ++k) {
+          DSV4_UNROLL for (int k = 0; k < 8; ++k) {
             const __m128i lo = bytes[0][k / 2], hi = bytes[1][k / 2];
             const __m512i e = _mm512_cvtepu8_epi32((k & 1) ? _mm_unpackhi_epi64(lo, hi) : _mm_unpacklo_epi64(lo, hi));
             sc[k] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23));
