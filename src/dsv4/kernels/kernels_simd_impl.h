@@ -729,6 +729,12 @@ static inline __m512i fp4_2span_offset(__m512i raw, const __m512i* x) {
   const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
+  // Each group prefetches the next one; the first group of the range has nobody to do it,
+  // so start all of its lines at once rather than as 8 demand-miss streams.
+  for (int64_t o = 0; o < mn<int64_t>(8, r1 - r0) * rb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(base + r0 * rb + o), _MM_HINT_T0);
+  for (int64_t o = 0; o < mn<int64_t>(8, r1 - r0) * nb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r0 * nb + o), _MM_HINT_T0);
   for (int64_t r = r0; r < r1; r += 8) {
     const uint8_t* rows[8];
     const uint8_t* srows[8];
@@ -831,6 +837,12 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
   const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
+  // Each group prefetches the next one; the first group of the range has nobody to do it,
+  // so start all of its lines at once rather than as 16 demand-miss streams.
+  for (int64_t o = 0; o < mn<int64_t>(16, r1 - r0) * rb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(base + r0 * rb + o), _MM_HINT_T0);
+  for (int64_t o = 0; o < mn<int64_t>(16, r1 - r0) * nb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r0 * nb + o), _MM_HINT_T0);
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* rows[16];
     const uint8_t* srows[16];
