@@ -618,27 +618,57 @@ static inline __m256i fp4_lut() {
                           -1, -2, -3, -4, -6, -8, -12);
 }
 
-// 8 E8M0 bytes per row for 8 rows (row j at src[j], 8 consecutive blocks) -> for each of the
-// 8 blocks, the 8 rows' halved scales as floats (e8m0_half bit-exactly: 2^(e-128), NaN at 255).
-static inline void scales_8x8(const uint8_t* const* src, __m256* out) {
+// 8 E8M0 bytes per row for 8 rows (row j at src[j], 8 consecutive blocks), transposed: v[k]
+// holds block 2k's 8 rows in bytes 0-7 and block 2k+1's in bytes 8-15.
+static inline void scale_bytes_8x8(const uint8_t* const* src, __m128i* v) {
   __m128i q[8];
-  for (int j = 0; j < 8; ++j) q[j] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src[j]));
+  DSV4_UNROLL for (int j = 0; j < 8; ++j) q[j] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src[j]));
   __m128i t01 = _mm_unpacklo_epi8(q[0], q[1]), t23 = _mm_unpacklo_epi8(q[2], q[3]);
   __m128i t45 = _mm_unpacklo_epi8(q[4], q[5]), t67 = _mm_unpacklo_epi8(q[6], q[7]);
   __m128i u0 = _mm_unpacklo_epi16(t01, t23), u1 = _mm_unpackhi_epi16(t01, t23);
   __m128i u2 = _mm_unpacklo_epi16(t45, t67), u3 = _mm_unpackhi_epi16(t45, t67);
-  __m128i v[4] = {_mm_unpacklo_epi32(u0, u2), _mm_unpackhi_epi32(u0, u2), _mm_unpacklo_epi32(u1, u3),
-                  _mm_unpackhi_epi32(u1, u3)};  // each: block 2k rows 0-7, block 2k+1 rows 0-7
+  v[0] = _mm_unpacklo_epi32(u0, u2), v[1] = _mm_unpackhi_epi32(u0, u2);
+  v[2] = _mm_unpacklo_epi32(u1, u3), v[3] = _mm_unpackhi_epi32(u1, u3);
+}
+
+// Whether every byte of v[0..n) is in 2..254. There e8m0_half(e) = 2^(e-128) is a normal float
+// whose bits are just (e - 1) << 23: no denormal below, no NaN at 255. Real checkpoints' scales
+// all are (about 2^-10 .. 2^0), and the general conversion took ~3x the instructions: in the
+// matrix-vector kernels it was a third of the time.
+static inline bool scales_normal(const __m128i* v, int n) {
+  __m128i m = _mm_set1_epi8(-1);  // min over (e + 1) mod 256, which is >= 3 exactly for 2..254
+  DSV4_UNROLL for (int k = 0; k < n; ++k) m = _mm_min_epu8(m, _mm_add_epi8(v[k], _mm_set1_epi8(1)));
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(m, _mm_set1_epi8(3)), m)) == 0xffff;
+}
+
+// Zero-extended E8M0 exponents -> e8m0_half bit-exactly: 2^(e-128) (a denormal for e < 2),
+// NaN at 255.
+static inline __m256 e8m0_half8(__m256i e) {
   const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), tiny = _mm256_set1_epi32(0x00200000),
                 ff = _mm256_set1_epi32(255), qnan = _mm256_set1_epi32(0x7fc00000);
-  for (int k = 0; k < 8; ++k) {
-    __m128i src8 = (k & 1) ? _mm_srli_si128(v[k / 2], 8) : v[k / 2];
-    __m256i e = _mm256_cvtepu8_epi32(src8);
-    __m256i bits = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
-    bits = _mm256_blendv_epi8(bits, _mm256_sllv_epi32(tiny, e), _mm256_cmpgt_epi32(two, e));
-    bits = _mm256_or_si256(bits, _mm256_and_si256(_mm256_cmpeq_epi32(e, ff), qnan));
-    out[k] = _mm256_castsi256_ps(bits);
+  __m256i bits = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+  bits = _mm256_blendv_epi8(bits, _mm256_sllv_epi32(tiny, e), _mm256_cmpgt_epi32(two, e));
+  bits = _mm256_or_si256(bits, _mm256_and_si256(_mm256_cmpeq_epi32(e, ff), qnan));
+  return _mm256_castsi256_ps(bits);
+}
+
+// The transposed bytes of scale_bytes_8x8 -> for each of the 8 blocks, the 8 rows' halved
+// scales as floats (e8m0_half bit-exactly).
+static inline void scales_from_bytes(const __m128i* v, __m256* out) {
+  const bool normal = scales_normal(v, 4);
+  DSV4_UNROLL for (int k = 0; k < 8; ++k) {
+    const __m256i e = _mm256_cvtepu8_epi32((k & 1) ? _mm_srli_si128(v[k / 2], 8) : v[k / 2]);
+    out[k] = normal ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23))
+                    : e8m0_half8(e);
   }
+}
+
+// 8 E8M0 bytes per row for 8 rows (row j at src[j], 8 consecutive blocks) -> for each of the
+// 8 blocks, the 8 rows' halved scales as floats.
+static inline void scales_8x8(const uint8_t* const* src, __m256* out) {
+  __m128i v[4];
+  scale_bytes_8x8(src, v);
+  scales_from_bytes(v, out);
 }
 
 // Sums of 8 vectors' lanes 0-3 and 4-7: returns [v0..v7 lanes 0-3] and [v0..v7 lanes 4-7].
@@ -699,6 +729,12 @@ static inline __m512i fp4_2span_offset(__m512i raw, const __m512i* x) {
   const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
+  // Each group prefetches the next one; the first group of the range has nobody to do it,
+  // so start all of its lines at once rather than as 8 demand-miss streams.
+  for (int64_t o = 0; o < mn<int64_t>(8, r1 - r0) * rb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(base + r0 * rb + o), _MM_HINT_T0);
+  for (int64_t o = 0; o < mn<int64_t>(8, r1 - r0) * nb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r0 * nb + o), _MM_HINT_T0);
   for (int64_t r = r0; r < r1; r += 8) {
     const uint8_t* rows[8];
     const uint8_t* srows[8];
@@ -801,6 +837,12 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
   const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
+  // Each group prefetches the next one; the first group of the range has nobody to do it,
+  // so start all of its lines at once rather than as 16 demand-miss streams.
+  for (int64_t o = 0; o < mn<int64_t>(16, r1 - r0) * rb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(base + r0 * rb + o), _MM_HINT_T0);
+  for (int64_t o = 0; o < mn<int64_t>(16, r1 - r0) * nb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r0 * nb + o), _MM_HINT_T0);
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* rows[16];
     const uint8_t* srows[16];
@@ -824,22 +866,33 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
     for (int64_t s = 0; s < spans; s += 2) {
       if ((s & 3) == 0) {  // 8 blocks = 4 spans of scales, rows 0-7 and 8-15
         const int64_t b0 = 2 * s;
-        __m256 lo[8], hi[8];
-        for (int half = 0; half < 2; ++half) {
+        __m128i bytes[2][4];
+        DSV4_UNROLL for (int half = 0; half < 2; ++half) {
           const uint8_t* src[8];
           uint8_t tmp[8][8];
-          for (int j = 0; j < 8; ++j) {
-            const uint8_t* sr = srows[half * 8 + j];
-            if (b0 + 8 <= nb) {
-              src[j] = sr + b0;
-            } else {
-              for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? sr[b0 + k] : 127;
+          if (b0 + 8 <= nb) {  // tested once, not per row (gcc kept it in the loop)
+            DSV4_UNROLL for (int j = 0; j < 8; ++j) src[j] = srows[half * 8 + j] + b0;
+          } else {
+            for (int j = 0; j < 8; ++j) {
+              for (int k = 0; k < 8; ++k) tmp[j][k] = b0 + k < nb ? srows[half * 8 + j][b0 + k] : 127;
               src[j] = tmp[j];
             }
           }
-          scales_8x8(src, half ? hi : lo);
+          scale_bytes_8x8(src, bytes[half]);
         }
-        for (int k = 0; k < 8; ++k) sc[k] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[k]), hi[k], 1);
+        if (scales_normal(bytes[0], 4) && scales_normal(bytes[1], 4)) {
+          // The usual case (see scales_normal): one 16-row conversion per block.
+          DSV4_UNROLL for (int k = 0; k < 8; ++k) {
+            const __m128i lo = bytes[0][k / 2], hi = bytes[1][k / 2];
+            const __m512i e = _mm512_cvtepu8_epi32((k & 1) ? _mm_unpackhi_epi64(lo, hi) : _mm_unpacklo_epi64(lo, hi));
+            sc[k] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23));
+          }
+        } else {
+          __m256 lo[8], hi[8];
+          scales_from_bytes(bytes[0], lo);
+          scales_from_bytes(bytes[1], hi);
+          for (int k = 0; k < 8; ++k) sc[k] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[k]), hi[k], 1);
+        }
       }
       if (pf)
         for (int64_t o = (s / 2) * pf_step; o < (s / 2 + 1) * pf_step && o < pf_bytes; o += 64)
@@ -857,7 +910,11 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
       const int64_t avail = rb - s * 32;  // packed bytes of the row from this step on
       const __mmask64 m = avail >= 64 ? ~__mmask64{0} : ((__mmask64{1} << avail) - 1);
       __m512i v[16];
-      DSV4_UNROLL for (int j = 0; j < 16; ++j) v[j] = fp4_2span_offset(_mm512_maskz_loadu_epi8(m, rows[j] + s * 32), xv);
+      if (avail >= 64) {
+        DSV4_UNROLL for (int j = 0; j < 16; ++j) v[j] = fp4_2span_offset(_mm512_loadu_si512(rows[j] + s * 32), xv);
+      } else {
+        DSV4_UNROLL for (int j = 0; j < 16; ++j) v[j] = fp4_2span_offset(_mm512_maskz_loadu_epi8(m, rows[j] + s * 32), xv);
+      }
       __m512i t[8], u[4];
       DSV4_UNROLL for (int k = 0; k < 8; ++k)
         t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
