@@ -1,6 +1,7 @@
 #include "dsv4/util/file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -104,13 +105,34 @@ bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t
 }
 
 AlignedBuffer::AlignedBuffer(size_t size, size_t align) : size_(size) {
-  size_t rounded = (std::max<size_t>(size, 1) + align - 1) / align * align;
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t rounded = (std::max<size_t>(size, 1) + align - 1) / align * align;
+  if (rounded >= kHugePage && kHugePage % align == 0) {
+    // Map one huge page more than needed, keep the 2 MiB-aligned part. The mapping is not
+    // rounded up to whole huge pages, so the tail stays in 4 KiB pages and RSS is unchanged.
+    const size_t span = rounded + kHugePage;
+    void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("out of memory allocating {} bytes", size);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t start = (base + kHugePage - 1) / kHugePage * kHugePage;
+    const size_t head = start - base, tail = span - head - rounded;
+    if (head) ::munmap(p, head);
+    if (tail) ::munmap(reinterpret_cast<void*>(start + rounded), tail);
+    ::madvise(reinterpret_cast<void*>(start), rounded, MADV_HUGEPAGE);  // advisory: ignore failure
+    ptr_ = std::unique_ptr<uint8_t, Free>(reinterpret_cast<uint8_t*>(start), Free{rounded});
+    return;
+  }
   void* p = std::aligned_alloc(align, rounded);
   if (!p) fail("out of memory allocating {} bytes", size);
-  ptr_.reset(static_cast<uint8_t*>(p));
+  ptr_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(p), Free{0});
 }
 
-void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
+void AlignedBuffer::Free::operator()(uint8_t* p) const {
+  if (mapped)
+    ::munmap(p, mapped);
+  else
+    std::free(p);
+}
 
 std::string read_small_file(const std::string& path, uint64_t max_bytes) {
   File f = File::open_read(path);

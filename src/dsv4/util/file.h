@@ -49,6 +49,9 @@ bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t
                         uint8_t* bounce, size_t bounce_size);
 
 // Aligned heap buffer (4 KiB by default) with RAII, for O_DIRECT targets and weights.
+// Buffers of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages:
+// the kernels stream through whole weight matrices, and with 4 KiB pages every 4 KiB costs a
+// TLB miss whose page walk itself misses the caches once the weights span gigabytes.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
@@ -61,9 +64,10 @@ class AlignedBuffer {
 
  private:
   struct Free {
+    size_t mapped;  // bytes mapped with mmap, 0: from aligned_alloc
     void operator()(uint8_t* p) const;
   };
-  std::unique_ptr<uint8_t, Free> ptr_;
+  std::unique_ptr<uint8_t, Free> ptr_{nullptr, Free{0}};
   size_t size_ = 0;
 };
 
