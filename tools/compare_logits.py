@@ -4,18 +4,8 @@ usage: compare_logits.py FIXTURE_DIR SEQ_INDEX LOGITS_FILE"""
 import json, struct, sys
 import numpy as np
 
-def read_safetensors(path):
-    b = open(path, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    hdr = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in hdr.items():
-        if k == '__metadata__':
-            continue
-        s, e = v['data_offsets']
-        assert v['dtype'] == 'F32'
-        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype='<f4').reshape(v['shape'])
-    return out
+from safetensors_f32 import read_safetensors
+
 
 fx, seq, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 ref = json.load(open(fx + '/reference.json'))

@@ -11,6 +11,8 @@
 import json, os, struct, subprocess, sys, tempfile
 import numpy as np
 
+from safetensors_f32 import read_safetensors
+
 
 def kernel_level():
     rng = np.random.default_rng(0)
@@ -74,18 +76,6 @@ def kernel_level():
             print(f'  {name:38s} rms rel err {rel:.2e}  max rel {np.abs(y - ref).max() / np.abs(ref).max():.2e}')
 
 
-def read_safetensors(path):
-    b = open(path, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    hdr = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in hdr.items():
-        if k == '__metadata__':
-            continue
-        s, e = v['data_offsets']
-        assert v['dtype'] == 'F32'
-        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype='<f4').reshape(v['shape'])
-    return out
 
 
 def model_level(binary, fixtures):

@@ -720,6 +720,17 @@ static inline __m512i fp4_2span_offset(__m512i raw, const __m512i* x) {
 }
 #endif
 
+// Each row group of the matrix-vector kernels prefetches the next one; the first group of a
+// task's range has nobody to do it, so start all of its weight and scale lines at once rather
+// than leaving them to one demand-miss stream per row.
+static inline void prefetch_first_group(const Matrix& w, int64_t r0, int64_t rows) {
+  const int64_t rb = w.cols / 2, nb = ceil_div(w.cols, 32);
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t o = 0; o < rows * rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(base + r0 * rb + o), _MM_HINT_T0);
+  for (int64_t o = 0; o < rows * nb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r0 * nb + o), _MM_HINT_T0);
+}
+
 [[maybe_unused]] static void fp4_matvec(const MatmulJob& job, int64_t r0, int64_t r1) {
   const Matrix& w = job.w;
   const int64_t cols = w.cols, nb = ceil_div(cols, 32), pc = job.padded_cols, rb = cols / 2;
@@ -729,12 +740,7 @@ static inline __m512i fp4_2span_offset(__m512i raw, const __m512i* x) {
   const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
-  // Each group prefetches the next one; the first group of the range has nobody to do it,
-  // so start all of its lines at once rather than as 8 demand-miss streams.
-  for (int64_t o = 0; o < mn<int64_t>(8, r1 - r0) * rb; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(base + r0 * rb + o), _MM_HINT_T0);
-  for (int64_t o = 0; o < mn<int64_t>(8, r1 - r0) * nb; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r0 * nb + o), _MM_HINT_T0);
+  prefetch_first_group(w, r0, mn<int64_t>(8, r1 - r0));
   for (int64_t r = r0; r < r1; r += 8) {
     const uint8_t* rows[8];
     const uint8_t* srows[8];
@@ -837,12 +843,7 @@ static void fp4_matvec512(const MatmulJob& job, int64_t r0, int64_t r1) {
   const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
-  // Each group prefetches the next one; the first group of the range has nobody to do it,
-  // so start all of its lines at once rather than as 16 demand-miss streams.
-  for (int64_t o = 0; o < mn<int64_t>(16, r1 - r0) * rb; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(base + r0 * rb + o), _MM_HINT_T0);
-  for (int64_t o = 0; o < mn<int64_t>(16, r1 - r0) * nb; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(w.scales + r0 * nb + o), _MM_HINT_T0);
+  prefetch_first_group(w, r0, mn<int64_t>(16, r1 - r0));
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* rows[16];
     const uint8_t* srows[16];
