@@ -126,6 +126,9 @@ TEST(CliSettings, UnknownFlagsAndVariablesGetSuggestions) {
   auto r = run_dsv4("run " + kModel + " --temprature 0 hi");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("did you mean --temperature?"), std::string::npos) << r.err;
+  r = run_dsv4("bench kernels --formt fp4");  // a nested subcommand's flag
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("did you mean --format?"), std::string::npos) << r.err;
   r = run_dsv4("settings");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("DSV4_RAM"), std::string::npos);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <set>
 
 #include <CLI/CLI.hpp>
@@ -62,9 +63,14 @@ void add_chat_style(CLI::App* cmd, dsv4::cli::ChatStyle& c) {
 // CLI11 says "arguments were not expected" without a hint; find the unknown flag and suggest.
 std::string suggest_flag(CLI::App& app, int argc, char** argv) {
   std::vector<std::string> known;
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-    for (const CLI::Option* opt : sub->get_options())
-      for (const std::string& name : opt->get_lnames()) known.push_back("--" + name);
+  std::function<void(CLI::App*)> collect = [&](CLI::App* cmd) {  // nested too (bench kernels)
+    for (CLI::App* sub : cmd->get_subcommands([](CLI::App*) { return true; })) {
+      for (const CLI::Option* opt : sub->get_options())
+        for (const std::string& name : opt->get_lnames()) known.push_back("--" + name);
+      collect(sub);
+    }
+  };
+  collect(&app);
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) continue;
