@@ -129,6 +129,13 @@ TEST(CliSettings, UnknownFlagsAndVariablesGetSuggestions) {
   r = run_dsv4("bench kernels --formt fp4");  // a nested subcommand's flag
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("did you mean --format?"), std::string::npos) << r.err;
+  // Invalid values and missing directories: one "dsv4: error:" line, exit 2 / 1.
+  r = run_dsv4("run " + kModel + " --threads -3 hi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "dsv4: error: --threads: Value -3 not in range 0 to 1024 (see --help)\n");
+  r = run_dsv4("run -m /nonexistent-dsv4-dir hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "dsv4: error: /nonexistent-dsv4-dir: no such checkpoint directory (-m)\n");
   r = run_dsv4("settings");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("DSV4_RAM"), std::string::npos);

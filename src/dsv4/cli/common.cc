@@ -43,7 +43,10 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
 }
 
 std::string resolve_model_dir(const ModelOptions& m) {
-  if (!m.dir.empty()) return m.dir;
+  if (!m.dir.empty()) {
+    if (!is_directory(m.dir)) fail("{}: no such checkpoint directory (-m)", m.dir);
+    return m.dir;
+  }
   std::string dir = env_value("demo_dir");
   if (dir.empty()) {
     const char* home = std::getenv("HOME");

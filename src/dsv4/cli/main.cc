@@ -86,6 +86,7 @@ std::string suggest_flag(CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   CLI::App app{"dsv4: DeepSeek V4 Flash on an ordinary CPU machine, from the official checkpoint"};
+  app.name("dsv4");
   app.require_subcommand(1);
 
   dsv4::cli::RunOptions run;
@@ -206,13 +207,20 @@ int main(int argc, char** argv) {
   add(bench_kernels_cmd, "kernels_seconds", bench_kernels.seconds);
   add(bench_kernels_cmd, "kernels_json", bench_kernels.json);
 
+  if (argc < 2) {  // no command: show what there is
+    std::fputs(app.help().c_str(), stderr);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
     std::fprintf(stderr, "dsv4: error: %s%s\n", e.what(), suggest_flag(app, argc, argv).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line, like every other error (CLI11 would add "Run with --help ...").
+    std::fprintf(stderr, "dsv4: error: %s (see --help)\n", e.what());
+    return 2;
   }
   try {
     if (*run_cmd) return dsv4::cli::run(run);
