@@ -740,7 +740,10 @@ static inline void prefetch_first_group(const Matrix& w, int64_t r0, int64_t row
   const int8_t* ql = job.ql;
   const float* d = job.d;
   const int32_t* q12 = job.qsum12;
-  prefetch_first_group(w, r0, mn<int64_t>(8, r1 - r0));
+  // Prefetch two groups ahead: one group (16 KiB at 4096 columns) computes too quickly on
+  // AVX2 for its successor's lines to arrive in time.
+  constexpr int64_t kAhead = 16;
+  prefetch_first_group(w, r0, mn<int64_t>(8 + kAhead, r1 - r0));
   for (int64_t r = r0; r < r1; r += 8) {
     const uint8_t* rows[8];
     const uint8_t* srows[8];
@@ -749,16 +752,16 @@ static inline void prefetch_first_group(const Matrix& w, int64_t r0, int64_t row
       rows[j] = base + rr * rb;
       srows[j] = w.scales + rr * nb;
     }
-    // The next 8-row group is one contiguous block (plus its scale bytes); rows are short
-    // (2 KiB at 4096 columns), too short for the hardware prefetchers to lock onto 8 streams,
-    // so pull the next group in linearly, a slice per span, while this one computes.
-    const uint8_t* pf = r + 8 < r1 ? base + (r + 8) * rb : nullptr;
-    const int64_t pf_bytes = pf ? (mn<int64_t>(r1, r + 16) - (r + 8)) * rb : 0;
+    // A row group is one contiguous block (plus its scale bytes); rows are short (2 KiB at
+    // 4096 columns), too short for the hardware prefetchers to lock onto 8 streams, so pull
+    // the group kAhead rows on in linearly, a slice per span, while this one computes.
+    const int64_t pr = r + kAhead, pr_end = mn<int64_t>(r1, pr + 8);
+    const uint8_t* pf = pr < r1 ? base + pr * rb : nullptr;
+    const int64_t pf_bytes = pf ? (pr_end - pr) * rb : 0;
     const int64_t pf_step = spans ? (pf_bytes / spans + 63) / 64 * 64 : 0;
     if (pf) {
-      const uint8_t* ps = w.scales + (r + 8) * nb;
-      for (int64_t o = 0; o < (mn<int64_t>(r1, r + 16) - (r + 8)) * nb; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ps + o), _MM_HINT_T0);
+      const uint8_t* ps = w.scales + pr * nb;
+      for (int64_t o = 0; o < (pr_end - pr) * nb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ps + o), _MM_HINT_T0);
     }
     auto prefetch_span = [&](int64_t s) {
       if (!pf) return;
