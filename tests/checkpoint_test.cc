@@ -2,6 +2,7 @@
 // be refused with exit code 1 and one error line naming the file and the tensor or field.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -10,6 +11,7 @@
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
 #include "dsv4/util/error.h"
+#include "dsv4/util/file.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -358,6 +360,25 @@ TEST_F(BadCheckpoint, NotADirectory) {
 TEST_F(BadCheckpoint, EmptyFile) {
   write_file(shard(3), "");
   expect_refused({"model-00003-of-00003.safetensors", "too short"});
+}
+
+
+// Weight buffers: small ones 4 KiB aligned, big ones on a 2 MiB boundary (huge pages), all
+// writable end to end and movable.
+TEST(AlignedBuffer, AlignmentAndOwnership) {
+  AlignedBuffer small(100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 4096, 0u);
+  const size_t big_size = (size_t{5} << 20) + 123;
+  AlignedBuffer big(big_size);
+  EXPECT_EQ(big.size(), big_size);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % (size_t{2} << 20), 0u);
+  std::memset(big.data(), 0x5a, big_size);
+  EXPECT_EQ(big.data()[big_size - 1], 0x5a);
+  AlignedBuffer moved(std::move(big));
+  EXPECT_EQ(moved.data()[0], 0x5a);
+  AlignedBuffer other;
+  other = std::move(moved);
+  EXPECT_EQ(other.size(), big_size);
 }
 
 }  // namespace
