@@ -1,7 +1,5 @@
 #include "dsv4/experts/expert_store.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,10 +23,6 @@ IoBackend parse_io_backend(const std::string& text) {
   fail("--io \"{}\": expected auto, uring or threads", text);
 }
 
-ExpertStore::Mapping::~Mapping() {
-  if (base) ::munmap(base, bytes);
-}
-
 ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options)
     : options_(options), layout_(ck), n_experts_(layout_.n_experts()), config_(ck.config()) {
   if (options_.slots < 1) fail("expert store: needs at least one slot, got {}", options_.slots);
@@ -47,13 +41,15 @@ ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options
   }
   if (!refused.empty()) note_buffered(refused);
 
-  // One mapping for all slots. Huge pages (where THP allows them) cut TLB misses when the
-  // kernels stream through an expert; nothing is touched until a read fills a slot.
-  mapping_.bytes = static_cast<size_t>(options_.slots) * slot_bytes_;
-  void* p = ::mmap(nullptr, mapping_.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) fail("expert store: cannot map {} bytes for {} slots", mapping_.bytes, options_.slots);
-  mapping_.base = static_cast<uint8_t*>(p);
-  ::madvise(p, mapping_.bytes, MADV_HUGEPAGE);
+  // One buffer for all slots (slot_bytes_ is a multiple of the O_DIRECT alignment). It is
+  // in huge pages like every large weight buffer, and nothing is resident until a read
+  // fills a slot.
+  const size_t slot_memory_bytes = static_cast<size_t>(options_.slots) * slot_bytes_;
+  try {
+    slot_memory_ = AlignedBuffer(slot_memory_bytes);
+  } catch (const Error&) {
+    fail("expert store: cannot map {} bytes for {} slots", slot_memory_bytes, options_.slots);
+  }
 
   slots_.resize(static_cast<size_t>(options_.slots));
   slot_of_.assign(static_cast<size_t>(layout_.n_layers()) * n_experts_, -1);
@@ -131,7 +127,7 @@ void ExpertStore::start_read(int v, int32_t k, Origin origin, Submissions& out) 
   if (origin == Origin::kDemand) ++stats_.demand_reads;
 
   const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
-  uint8_t* base = mapping_.base + static_cast<size_t>(v) * slot_bytes_;
+  uint8_t* base = slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_;
   std::vector<ReadOp> ops;
   for (const ReadWindow& w : plan.windows) {
     const Shard& sh = shards_[w.shard];
@@ -334,6 +330,6 @@ ExpertStats ExpertStore::stats() const {
   return s;
 }
 
-uint64_t ExpertStore::resident_bytes() const { return mapping_.bytes; }
+uint64_t ExpertStore::resident_bytes() const { return slot_memory_.size(); }
 
 }  // namespace dsv4

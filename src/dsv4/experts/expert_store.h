@@ -89,12 +89,6 @@ class ExpertStore final : public ExpertProvider {
     File direct;  // invalid if the filesystem refuses O_DIRECT
     bool use_direct = false;
   };
-  // The slots' memory: one anonymous mapping.
-  struct Mapping {
-    uint8_t* base = nullptr;
-    size_t bytes = 0;
-    ~Mapping();
-  };
 
   int32_t key(int layer, int expert) const { return layer * n_experts_ + expert; }
   bool reserved(const Slot& s) const { return s.reserved_epoch == epoch_; }
@@ -120,7 +114,7 @@ class ExpertStore final : public ExpertProvider {
   const ModelConfig config_;
   uint64_t slot_bytes_ = 0;
   std::vector<Shard> shards_;
-  Mapping mapping_;
+  AlignedBuffer slot_memory_;  // all slots; untouched (not resident) until a read fills a slot
 
   mutable std::mutex mutex_;
   std::condition_variable ready_;
