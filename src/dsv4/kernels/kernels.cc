@@ -112,8 +112,7 @@ bool make_job(const Matrix& w, const QuantizedInput& in, float* y, Numerics nume
     return false;
   }
   if (!in.x) fail("kernels: input activations are null");
-  bool needs_q = numerics == Numerics::kFast && w.format == WeightFormat::kFP4;
-  if (needs_q && !in.quantized)
+  if (uses_quantized_input(w, numerics) && !in.quantized)
     fail("kernels: fast fp4 matmul needs an input prepared with Numerics::kFast");
   job->w = w;
   job->x = in.x;
@@ -232,8 +231,7 @@ void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numer
             int64_t y_stride) {
   const detail::Table& t = detail::active_table();
   QuantizedInput in;
-  Numerics prep = (numerics == Numerics::kFast && w.format == WeightFormat::kFP4) ? Numerics::kFast
-                                                                                  : Numerics::kReference;
+  const Numerics prep = uses_quantized_input(w, numerics) ? Numerics::kFast : Numerics::kReference;
   detail::prepare_input_with(t, x, n, w.cols, prep, &in, pool);
   detail::matmul_with(t, w, in, y, numerics, pool, y_stride);
 }

@@ -73,6 +73,12 @@ struct QuantizedInput {
   bool quantized = false;
 };
 
+// Whether the product with `w` in `numerics` reads the quantized activations (fast FP4 only);
+// preparing an input with Numerics::kFast is wasted work for any other matrix.
+inline bool uses_quantized_input(const Matrix& w, Numerics numerics) {
+  return numerics == Numerics::kFast && w.format == WeightFormat::kFP4;
+}
+
 // Prepares x for matmul(w, in, ...). Quantization only happens for Numerics::kFast (it is
 // what every later fast FP4 product uses); for kReference this just records x.
 void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, QuantizedInput* in,

@@ -29,8 +29,7 @@ void feed_forward(const Matrix& w1, const Matrix& w3, const Matrix& w2, const fl
   // w1 and w3 share x: quantize it once and run both products in one pass over the pool
   // (the same bits as two matmul calls).
   kernels::QuantizedInput in;
-  const bool quantize = numerics == kernels::Numerics::kFast && w1.format == kernels::WeightFormat::kFP4 &&
-                        w3.format == kernels::WeightFormat::kFP4;  // only FP4 products use the quantized form
+  const bool quantize = kernels::uses_quantized_input(w1, numerics) || kernels::uses_quantized_input(w3, numerics);
   kernels::prepare_input(x, n, w1.cols, quantize ? numerics : kernels::Numerics::kReference, &in, pool);
   const kernels::MatmulTask up[2] = {{&w1, &in, g.data(), 0}, {&w3, &in, u.data(), 0}};
   kernels::matmul_batch(up, 2, numerics, pool);
