@@ -14,9 +14,12 @@
 
 namespace dsv4 {
 namespace {
-// Idle workers poll for about 50 µs (longer than the gap between the loops of one token's
-// forward pass, far shorter than the gap between tokens of an idle server), then sleep.
-constexpr int kSpinIterations = 20000;
+// Idle workers poll for 50 µs (longer than the gap between the loops of one token's forward
+// pass, far shorter than a wait for an expert read or the gap between tokens), then sleep.
+// Bounded by time, not by a count of polls: a count that includes sched_yield calls spun
+// for ~25 ms here, and a spinning vCPU slows the VM's own disk I/O (the expert reads the
+// compute thread is waiting for) by up to half.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
 // After this many pause-polls a waiting thread yields its core instead: when the machine has
 // more runnable threads than cores, the thread we wait for may need this very core, and pure
 // spinning would stall it for a whole scheduler time slice on every loop.
@@ -56,11 +59,13 @@ void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     bool have_job = false;
-    for (int i = 0; i < kSpinIterations; ++i) {
+    const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+    for (int i = 0;; ++i) {
       if (generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_relaxed)) {
         have_job = true;
         break;
       }
+      if (i % 64 == 63 && std::chrono::steady_clock::now() > spin_until) break;
       backoff(i);
     }
     if (!have_job) {
