@@ -202,6 +202,90 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// Resident experts that claim only some experts are "ready" (here: ids not divisible by
+// 3, so the MoE computes those first and the others after): the logits must not change.
+class ArrivalOrderExperts final : public ExpertProvider {
+ public:
+  explicit ArrivalOrderExperts(const Checkpoint& ck) : inner_(make_resident_experts(ck)) {}
+  void prefetch(int layer, std::span<const int> experts) override { inner_->prefetch(layer, experts); }
+  bool ready(int, int expert) const override { return expert % 3 != 0; }
+  const ExpertWeights& acquire(int layer, int expert) override {
+    order_.push_back(expert);
+    return inner_->acquire(layer, expert);
+  }
+  void release(int layer, int expert) override { inner_->release(layer, expert); }
+  ExpertStats stats() const override { return inner_->stats(); }
+  uint64_t resident_bytes() const override { return inner_->resident_bytes(); }
+  const std::vector<int>& order() const { return order_; }
+
+ private:
+  std::unique_ptr<ExpertProvider> inner_;
+  std::vector<int> order_;
+};
+
+TEST(MoeArrivalOrder, ComputesReadyExpertsFirstWithTheSameBits) {
+  for (const char* name : {"tiny-a", "flashlike"}) {
+    const Workload w = workload(name);
+    const Baseline& want = resident_baseline(name);
+    EngineOptions o;
+    o.numerics = Numerics::kReference;
+    o.threads = 1;
+    auto provider = std::make_unique<ArrivalOrderExperts>(Checkpoint::open(fixture(name)));
+    const ArrivalOrderExperts* arrivals = provider.get();
+    auto engine = Engine::open(fixture(name), o, std::move(provider));
+    const Baseline got = run(*engine, w);
+    for (size_t i = 0; i < want.sequences.size(); ++i)
+      EXPECT_EQ(std::memcmp(got.sequences[i].data(), want.sequences[i].data(), want.sequences[i].size() * 4), 0)
+          << name << " sequence " << i;
+    for (size_t g = 0; g < want.greedy.size(); ++g)
+      EXPECT_EQ(std::memcmp(got.greedy[g].data(), want.greedy[g].data(), want.greedy[g].size() * 4), 0)
+          << name << " greedy " << g;
+    // The order really changed: some expert divisible by 3 was computed after a larger id.
+    bool reordered = false;
+    for (size_t i = 1; i < arrivals->order().size(); ++i)
+      reordered |= arrivals->order()[i - 1] % 3 != 0 && arrivals->order()[i] % 3 == 0 &&
+                   arrivals->order()[i] < arrivals->order()[i - 1];
+    EXPECT_TRUE(reordered) << name;
+  }
+}
+
+// ready() says whether acquire() would return at once.
+TEST(ExpertStore, ReadyMeansInMemory) {
+  Checkpoint ck = Checkpoint::open(fixture("tiny-a"));
+  ExpertStoreOptions o;
+  o.slots = 4;
+  ExpertStore store(ck, o);
+  EXPECT_FALSE(store.ready(1, 0));
+  store.acquire(1, 0);
+  EXPECT_TRUE(store.ready(1, 0));
+  store.release(1, 0);
+  EXPECT_TRUE(store.ready(1, 0));
+  EXPECT_FALSE(store.ready(1, 1));
+  EXPECT_THROW((void)store.ready(1, 9999), Error);
+}
+
+// Once a layer's routing is known (prefetch), its guesses still waiting are dropped: only
+// the guess already in flight is read.
+TEST(ExpertStore, PrefetchDropsTheLayersQueuedGuesses) {
+  Checkpoint ck = Checkpoint::open(fixture("tiny-a"));
+  ExpertStoreOptions o;
+  o.slots = 8;
+  o.max_predicted_in_flight = 1;
+  ExpertStore store(ck, o);
+  const int guess[] = {0, 1, 2, 3, 4, 5};
+  const int needed[] = {5};
+  store.predict(2, guess);  // starts reading expert 0; 1-5 wait
+  store.prefetch(2, needed);
+  store.acquire(2, 5);
+  store.release(2, 5);
+  store.acquire(2, 0);  // the guess in flight lands and is used
+  store.release(2, 0);
+  const ExpertStats s = store.stats();
+  EXPECT_EQ(s.predicted_reads, 1u);
+  EXPECT_EQ(s.reads, 2u);
+  for (int e : {1, 2, 3, 4}) EXPECT_FALSE(store.ready(2, e)) << e;
+}
+
 // Every expert's six parts, read through the store (including the expert whose weight and
 // scale sit in different shards), equal the checkpoint's bytes.
 TEST(ExpertStore, BytesMatchCheckpoint) {

@@ -135,7 +135,7 @@ struct BenchModelOptions {
   int64_t gen_tokens = 16;
   uint64_t seed = 1;
   uint64_t probe_bytes = 2ull << 30;  // bytes of shard read to measure the SSD
-  std::string lookahead = "exact";  // off | exact (hash layers) | all
+  std::string lookahead = "all";  // off | exact (hash layers) | all
   bool json = false;
   // --replay: replay the recorded expert requests against a fresh store with a synthetic
   // compute model (per-layer dense, per-expert, head seconds) scaled by each factor.

@@ -52,6 +52,9 @@ class ExpertProvider {
   virtual void predict(int, std::span<const int>) {}
   // Whether predict() does anything (the engine skips computing guesses otherwise).
   virtual bool wants_predictions() const { return false; }
+  // Non-blocking: whether acquire() would return without waiting for a read (the MoE
+  // computes experts that are already here while the others are still being read).
+  virtual bool ready(int, int) const { return true; }
   // Blocks until the expert is in memory; it stays valid until the matching release().
   virtual const ExpertWeights& acquire(int layer, int expert) = 0;
   virtual void release(int layer, int expert) = 0;

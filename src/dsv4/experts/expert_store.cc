@@ -223,8 +223,10 @@ void ExpertStore::prefetch(int layer, std::span<const int> experts) {
       want_needed_.push_back(k);
     }
   }
-  // Guesses for this layer that it does not need were wrong: evict them first, so a bad
-  // guess costs one read but never pushes a useful expert out of the cache.
+  // The layer's routing is known now: its guesses still queued are moot, and those it does
+  // not need were wrong: evict them first, so a bad guess costs one read but never pushes a
+  // useful expert out of the cache.
+  std::erase_if(want_predicted_, [&](int32_t k) { return k / n_experts_ == layer; });
   for (Slot& s : slots_) {
     if (s.unused_prediction && s.key / n_experts_ == layer && !reserved(s) && s.state != State::kLoading)
       s.last_use = 0;
@@ -246,6 +248,13 @@ void ExpertStore::predict(int layer, std::span<const int> experts) {
   pump(out);
   lock.unlock();
   submit(out);
+}
+
+bool ExpertStore::ready(int layer, int expert) const {
+  check_key(layer, expert);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int v = slot_of_[key(layer, expert)];
+  return v >= 0 && slots_[v].state != State::kLoading;
 }
 
 const ExpertWeights& ExpertStore::acquire(int layer, int expert) {

@@ -8,6 +8,7 @@
 //   prefetch(l, E)  experts layer l needs now, in the order it will acquire them; they are
 //                   reserved until acquired (or until the next prefetch call), and read in
 //                   order as slots become available;
+//   ready(l, e)     whether acquire(l, e) would return at once (read done, or failed);
 //   acquire(l, e)   blocks until the expert is in memory and pins it until release().
 // Eviction is least-recently-used among slots that are neither pinned, reserved, nor
 // being read. Pinned experts are never evicted.
@@ -58,6 +59,7 @@ class ExpertStore final : public ExpertProvider {
   void prefetch(int layer, std::span<const int> experts) override;
   void predict(int layer, std::span<const int> experts) override;
   bool wants_predictions() const override { return options_.predict; }
+  bool ready(int layer, int expert) const override;
   const ExpertWeights& acquire(int layer, int expert) override;
   void release(int layer, int expert) override;
   ExpertStats stats() const override;

@@ -29,6 +29,7 @@ class TracingProvider final : public ExpertProvider {
   void prefetch(int layer, std::span<const int> experts) override;
   void predict(int layer, std::span<const int> experts) override;
   bool wants_predictions() const override { return inner_->wants_predictions(); }
+  bool ready(int layer, int expert) const override { return inner_->ready(layer, expert); }
   const ExpertWeights& acquire(int layer, int expert) override;
   void release(int layer, int expert) override;
   ExpertStats stats() const override { return inner_->stats(); }

@@ -83,7 +83,8 @@ uint64_t estimate_activation_bytes(const ModelConfig& c, const WorkloadShape& w)
   // Live at once in the worst sub-block (attention of a CSA layer): streams and their
   // normalized copy, x/y, the query path, window kv, attention output and its groups, the
   // low-rank output, the indexer's queries and scores over the visible entries, the router
-  // logits and an expert's intermediate activations.
+  // logits and an expert's intermediate activations. (The MoE's outputs kept per (token,
+  // slot) until they are summed, K*D, live only after the attention's 3*H*hd are freed.)
   uint64_t per_token = 2 * hc * D + 4 * D + c.q_lora_rank + 3 * H * hd + uint64_t(c.o_groups) * c.o_lora_rank +
                        uint64_t(c.index_n_heads) * c.index_head_dim +
                        static_cast<uint64_t>(w.context_tokens / 4 + 1) + c.n_routed_experts +

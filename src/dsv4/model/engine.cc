@@ -91,18 +91,20 @@ void Engine::forward_chunk(SessionState& s, std::span<const int32_t> tokens, flo
   std::vector<float> x(static_cast<size_t>(T * D)), y(static_cast<size_t>(T * D));
   HcMix mix;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  // Expert I/O lookahead (never changes results): guess a layer's routed experts early so
-  // their SSD reads overlap the compute before its MoE. Layer 0 is guessed from the
-  // embeddings, layer l+1 right after layer l's attention.
+  // Expert I/O lookahead (never changes results): guess each layer's routed experts twice,
+  // so the SSD has work while compute runs: first right after the previous layer's
+  // attention (the reads then overlap that layer's MoE once its own experts are in), then
+  // again at the layer's start, from closer to the router's real input (the reads overlap
+  // its attention). See expert_lookahead.h for how good each guess is.
   auto guess = [&](int layer) {
     const ExpertLookahead mode = options_.lookahead;
     if (mode == ExpertLookahead::kOff || !experts_->wants_predictions()) return;
     if (mode == ExpertLookahead::kExact && !weights_.layers[layer].spec.hash_routed) return;
     predict_layer_experts(c, weights_.layers[layer], X.data(), tokens, pool, *experts_);
   };
-  guess(0);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = weights_.layers[l];
+    guess(l);
     // Attention sub-block.
     hc_pre(c, L.hc_attn, X.data(), T, pool, &mix, x.data());
     for (int64_t t = 0; t < T; ++t) ops::rms_norm(x.data() + t * D, L.attn_norm.data(), D, eps, x.data() + t * D);

@@ -74,6 +74,7 @@ Routing route(const ModelConfig& c, const MoeWeights& w, const float* x, std::sp
 void moe(const ModelConfig& c, const LayerWeights& L, const float* x, std::span<const int32_t> tokens,
          kernels::Numerics numerics, ThreadPool* pool, ExpertProvider& experts, float* out) {
   const MoeWeights& w = L.moe;
+  const int layer = L.spec.index;
   const int64_t T = static_cast<int64_t>(tokens.size()), D = c.hidden_size;
   const int E = c.n_routed_experts, K = c.n_experts_per_token;
   const float limit = static_cast<float>(c.swiglu_limit);
@@ -85,31 +86,51 @@ void moe(const ModelConfig& c, const LayerWeights& L, const float* x, std::span<
   std::vector<int> needed;
   for (int e = 0; e < E; ++e)
     if (!users[e].empty()) needed.push_back(e);
-  experts.prefetch(L.spec.index, needed);
+  experts.prefetch(layer, needed);
 
-  std::fill(out, out + T * D, 0.0f);
+  // Compute whatever is in memory while the rest is read: the shared expert first, then
+  // each routed expert as soon as it is here (in ascending id among those that are). The
+  // outputs are kept per (token, slot) and summed below in the reference order, so the
+  // order of computation never changes a bit.
+  std::vector<float> shared(static_cast<size_t>(T * D));
+  feed_forward(w.shared_w1, w.shared_w3, w.shared_w2, x, T, limit, numerics, pool, shared.data());
+
+  std::vector<float> routed(static_cast<size_t>(T * K * D));  // [T*K, D]
   std::vector<float> xs, ys;
-  for (int e : needed) {
+  std::vector<int> pending = needed;
+  while (!pending.empty()) {
+    auto next = std::find_if(pending.begin(), pending.end(), [&](int e) { return experts.ready(layer, e); });
+    if (next == pending.end()) next = pending.begin();  // nothing here yet: wait for the first
+    const int e = *next;
+    pending.erase(next);
     const std::vector<int64_t>& u = users[e];
     const int64_t n = static_cast<int64_t>(u.size());
     xs.resize(static_cast<size_t>(n * D));
     ys.resize(static_cast<size_t>(n * D));
     for (int64_t i = 0; i < n; ++i) std::copy_n(x + (u[i] / K) * D, D, xs.data() + i * D);
-    const ExpertWeights& ew = experts.acquire(L.spec.index, e);
+    const ExpertWeights& ew = experts.acquire(layer, e);
     feed_forward(ew.w1, ew.w3, ew.w2, xs.data(), n, limit, numerics, pool, ys.data());
-    experts.release(L.spec.index, e);
-    // Ascending expert id per token, as the reference accumulates.
-    for (int64_t i = 0; i < n; ++i) {
-      const float weight = r.weights[u[i]];
-      float* o = out + (u[i] / K) * D;
-      const float* y = ys.data() + i * D;
-      for (int64_t d = 0; d < D; ++d) o[d] += y[d] * weight;
-    }
+    experts.release(layer, e);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(ys.data() + i * D, D, routed.data() + u[i] * D);
   }
 
-  std::vector<float> shared(static_cast<size_t>(T * D));
-  feed_forward(w.shared_w1, w.shared_w3, w.shared_w2, x, T, limit, numerics, pool, shared.data());
-  for (int64_t i = 0; i < T * D; ++i) out[i] += shared[i];
+  // y = sum over the token's experts in ascending id (slot order among equal ids), then
+  // + shared, as the reference accumulates.
+  std::vector<int> slots(static_cast<size_t>(K));
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t* chosen = r.experts.data() + t * K;
+    std::iota(slots.begin(), slots.end(), 0);
+    std::stable_sort(slots.begin(), slots.end(), [&](int a, int b) { return chosen[a] < chosen[b]; });
+    float* o = out + t * D;
+    std::fill(o, o + D, 0.0f);
+    for (int k : slots) {
+      const float weight = r.weights[t * K + k];
+      const float* y = routed.data() + (t * K + k) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] += y[d] * weight;
+    }
+    const float* sh = shared.data() + t * D;
+    for (int64_t d = 0; d < D; ++d) o[d] += sh[d];
+  }
 }
 
 }  // namespace dsv4

@@ -81,7 +81,7 @@ const std::vector<Setting>& all_settings() {
       {"bench_gen_tokens", "--gen-tokens", "", "int", "16", "bench: tokens to decode"},
       {"bench_seed", "--seed", "", "int", "1", "bench: seed of the random prompt"},
       {"bench_ssd_probe_bytes", "--ssd-probe-bytes", "", "size", "2147483648", "bench: bytes of shard read to measure the SSD"},
-      {"bench_lookahead", "--lookahead", "", "string", "exact", "bench: guess experts ahead: off, exact (hash-routed layers only), all (also run routers early)"},
+      {"bench_lookahead", "--lookahead", "", "string", "all", "bench: guess experts ahead: off, exact (hash-routed layers only), all (also run routers early; the default)"},
       {"bench_json", "--json", "", "bool", "off", "bench: print one JSON object"},
       {"bench_replay", "--replay", "", "bool", "off", "bench: replay the recorded expert requests with a synthetic compute model at several speeds"},
       {"bench_trace_out", "--trace-out", "", "path", "", "bench: save the recorded expert requests to this file"},
