@@ -285,6 +285,7 @@ int bench_model(const BenchModelOptions& o) {
     d["total_experts"] = plan.total_experts;
     d["lookahead"] = o.lookahead;
     d["decode_s_per_token_median"] = median(step_s);
+    d["decode_step_s"] = step_s;
     d["decode_blocked_s_per_token"] = blocked_per_token;
     d["decode_compute_s_per_token"] = compute_per_token;
     d["decode_vs_floor"] = floor_s > 0 ? decode_s_per_token / floor_s : 0.0;
