@@ -351,6 +351,26 @@ TEST_F(BadCheckpoint, NanCodesInWeights) {
   EXPECT_NE(r.err.find("layers.0.attn.wkv.scale holds a NaN encoding"), std::string::npos) << r.err;
 }
 
+// The embedding is read a row per token, so a non-finite value in it is refused when that
+// row is used, naming the tensor and the element.
+TEST_F(BadCheckpoint, NonFiniteEmbeddingRow) {
+  const Json index = Json::parse(read_file(dir_ + "/model.safetensors.index.json"));
+  const std::string file = index["weight_map"]["embed.weight"].get<std::string>();
+  const int n = file[file.size() - std::string("-of-00003.safetensors").size() - 1] - '0';
+  Shard s = read_shard(shard(n));
+  const auto& embed = s.header["embed.weight"];
+  const int64_t D = embed["shape"][1].get<int64_t>();
+  const size_t at = embed["data_offsets"][0].get<size_t>() + size_t(2 * D + 3) * 2;  // token 2, element 3
+  s.data[at] = static_cast<char>(0x80);  // BF16 0x7F80 = +inf
+  s.data[at + 1] = static_cast<char>(0x7F);
+  write_shard(shard(n), s);
+  auto r = test::run_dsv4("generate -m " + dir_ + " --tokens 1,2 -n 1 --greedy --print-ids");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor embed.weight holds a non-finite value at index " + std::to_string(2 * D + 3)),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(BadCheckpoint, NotADirectory) {
   auto r = test::run_dsv4("inspect " + dir_ + "/config.json");
   EXPECT_EQ(r.exit_code, 1);

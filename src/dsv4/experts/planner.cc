@@ -109,7 +109,7 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
   const ModelConfig& c = ck.config();
   MemoryPlan p;
   for (const auto& [name, ref] : ck.tensors())
-    if (!is_routed_expert(name)) p.dense_bytes += ref.info->bytes;
+    if (!is_routed_expert(name) && name != "embed.weight") p.dense_bytes += ref.info->bytes;  // rows read per token
   const ExpertLayout layout(ck);
   p.slot_bytes = layout.slot_bytes();
   p.total_experts = int64_t(layout.n_layers()) * layout.n_experts();

@@ -84,7 +84,7 @@ void Engine::forward_chunk(SessionState& s, std::span<const int32_t> tokens, flo
   std::vector<float> X(static_cast<size_t>(T * hc * D));
   for (int64_t t = 0; t < T; ++t) {
     float* Xt = X.data() + t * hc * D;
-    kernels::decode_row(weights_.embed, tokens[t], Xt);
+    weights_.embed.row(tokens[t], Xt);
     for (int j = 1; j < hc; ++j) std::copy_n(Xt, D, Xt + j * D);
   }
 

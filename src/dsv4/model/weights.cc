@@ -122,11 +122,32 @@ CompressorWeights load_compressor(Loader& ld, const std::string& p, int ratio, i
 
 }  // namespace
 
+EmbeddingRows::EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& info) : shard_(&shard), info_(&info) {
+  if (info.dtype != DType::kBF16 || info.shape.size() != 2 || uint64_t(info.numel()) * 2 != info.bytes)
+    fail("{}: tensor {} must be BF16 [V, D], got {} {}", shard.path(), info.name, dtype_name(info.dtype),
+         info.shape_string());
+  rows_ = info.shape[0];
+  cols_ = info.shape[1];
+}
+
+void EmbeddingRows::row(int32_t token, float* out) const {
+  if (token < 0 || token >= rows_) fail("{}: token id {} outside the embedding's {} rows", shard_->path(), token, rows_);
+  std::vector<uint16_t> raw(static_cast<size_t>(cols_));
+  shard_->file().read_exact(raw.data(), raw.size() * 2, info_->offset + uint64_t(token) * uint64_t(cols_) * 2);
+  for (int64_t i = 0; i < cols_; ++i) {
+    if ((raw[i] & 0x7F80) == 0x7F80)
+      fail("{}: tensor {} holds a non-finite value at index {}", shard_->path(), info_->name,
+           int64_t(token) * cols_ + i);
+    out[i] = bf16_to_f32(raw[i]);
+  }
+}
+
 ModelWeights ModelWeights::load(const Checkpoint& ck) {
   const ModelConfig& c = ck.config();
   ModelWeights w;
   Loader ld(ck, w);
-  w.embed = ld.matrix("embed", WeightFormat::kBF16);
+  const TensorRef& embed = ck.get("embed.weight");
+  w.embed = EmbeddingRows(*embed.shard, *embed.info);
   w.head = ld.matrix("head", WeightFormat::kBF16);
   w.norm = ld.vec("norm.weight");
   w.hc_head_fn = ld.f32_matrix("hc_head_fn");

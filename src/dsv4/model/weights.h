@@ -75,8 +75,27 @@ struct LayerWeights {
   std::optional<MtpWeights> mtp;
 };
 
+// The token embedding [V, D] BF16 stays in the checkpoint file: a token needs one row
+// (8 KiB for V4 Flash), so holding the 1 GiB table in RAM would only take that much from the
+// expert cache. Rows are read with pread (the page cache keeps the frequent ones) and widened
+// to float32 exactly, as a resident BF16 row would be.
+class EmbeddingRows {
+ public:
+  EmbeddingRows() = default;
+  EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& info);
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  // out[cols]. Throws Error naming the file and tensor on a read error or a non-finite value.
+  void row(int32_t token, float* out) const;
+
+ private:
+  const SafetensorsFile* shard_ = nullptr;
+  const TensorInfo* info_ = nullptr;
+  int64_t rows_ = 0, cols_ = 0;
+};
+
 struct ModelWeights {
-  Matrix embed;  // [V, D] BF16
+  EmbeddingRows embed;  // [V, D] BF16, read per token
   Matrix head;   // [V, D] BF16
   std::vector<float> norm;
   Matrix hc_head_fn;  // [hc, hc*D] F32
