@@ -1,12 +1,11 @@
 #include "dsv4/model/expert_lookahead.h"
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "dsv4/kernels/kernels.h"
 #include "dsv4/model/mhc.h"
+#include "dsv4/model/moe.h"
 #include "dsv4/model/ops.h"
 
 namespace dsv4 {
@@ -45,8 +44,8 @@ void predict_layer_experts(const ModelConfig& c, const LayerWeights& layer, cons
     experts.predict(layer.spec.index, union_by_rank(ranked, E, K));
     return;
   }
-  // The router as moe() runs it: s = sqrt(softplus(gate·x)), ranked by s + bias.
-  std::vector<float> x(static_cast<size_t>(T * D)), logits(static_cast<size_t>(T * E));
+  // The router as moe() runs it, ranked as top-k routing ranks.
+  std::vector<float> x(static_cast<size_t>(T * D)), logits(static_cast<size_t>(T * E)), score(static_cast<size_t>(E));
   HcMix mix;
   hc_pre(c, layer.hc_ffn, X, T, pool, &mix, x.data());
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -56,16 +55,9 @@ void predict_layer_experts(const ModelConfig& c, const LayerWeights& layer, cons
   // time of one token's dense compute, and ranks 7-12 hold most of what the top 6 miss.
   // A prefill chunk's union of top-k already spans much of the layer.
   const int width = std::min(E, T == 1 ? 2 * K : K);
-  std::vector<float> biased(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
-    for (int e = 0; e < E; ++e) biased[e] = std::sqrt(ops::softplus(logits[t * E + e])) + layer.moe.bias[e];
-    std::vector<int32_t>& order = ranked[t];
-    order.resize(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + width, order.end(), [&](int32_t a, int32_t b) {
-      return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
-    });
-    order.resize(static_cast<size_t>(width));
+    router_scores(logits.data() + t * E, E, score.data());
+    ranked[t] = top_biased_experts(score.data(), layer.moe.bias, width);
   }
   experts.predict(layer.spec.index, union_by_rank(ranked, E, width));
 }

@@ -39,6 +39,24 @@ void feed_forward(const Matrix& w1, const Matrix& w3, const Matrix& w2, const fl
 
 }  // namespace
 
+void router_scores(const float* logits, int E, float* score) {
+  for (int e = 0; e < E; ++e) score[e] = std::sqrt(ops::softplus(logits[e]));
+}
+
+std::vector<int32_t> top_biased_experts(const float* score, const std::vector<float>& bias, int width) {
+  const int E = static_cast<int>(bias.size());
+  std::vector<float> biased(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) biased[e] = score[e] + bias[e];
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  width = std::min(width, E);
+  std::partial_sort(order.begin(), order.begin() + width, order.end(), [&](int32_t a, int32_t b) {
+    return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+  });
+  order.resize(static_cast<size_t>(width));
+  return order;
+}
+
 Routing route(const ModelConfig& c, const MoeWeights& w, const float* x, std::span<const int32_t> tokens,
               bool hash_routed, ThreadPool* pool) {
   const int64_t T = static_cast<int64_t>(tokens.size());
@@ -48,20 +66,15 @@ Routing route(const ModelConfig& c, const MoeWeights& w, const float* x, std::sp
   Routing r;
   r.experts.resize(static_cast<size_t>(T * K));
   r.weights.resize(static_cast<size_t>(T * K));
-  std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
-  std::vector<int32_t> order(static_cast<size_t>(E));
+  std::vector<float> score(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
-    for (int e = 0; e < E; ++e) score[e] = std::sqrt(ops::softplus(logits[t * E + e]));
+    router_scores(logits.data() + t * E, E, score.data());
     int32_t* chosen = r.experts.data() + t * K;
     if (hash_routed) {
       std::copy_n(w.tid2eid.data() + int64_t(tokens[t]) * K, K, chosen);
     } else {
-      for (int e = 0; e < E; ++e) biased[e] = score[e] + w.bias[e];
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
-        return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
-      });
-      std::copy_n(order.begin(), K, chosen);
+      const std::vector<int32_t> top = top_biased_experts(score.data(), w.bias, K);
+      std::copy_n(top.begin(), K, chosen);
     }
     float sum = 0.0f;
     for (int k = 0; k < K; ++k) sum += score[chosen[k]];

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "dsv4/experts/expert_provider.h"
 #include "dsv4/io/config.h"
@@ -26,6 +27,12 @@ struct Routing {
 
 Routing route(const ModelConfig& c, const MoeWeights& w, const float* x, std::span<const int32_t> tokens,
               bool hash_routed, ThreadPool* pool);
+
+// The router's score of each expert: score[e] = sqrt(softplus(logits[e])), e < E.
+void router_scores(const float* logits, int E, float* score);
+// The `width` experts with the largest score + bias, best first (ties: the lower id): top-k
+// routing's choice, and the order the lookahead guesses in.
+std::vector<int32_t> top_biased_experts(const float* score, const std::vector<float>& bias, int width);
 
 // x: [T, D] normalized sub-block input; out: [T, D].
 void moe(const ModelConfig& c, const LayerWeights& L, const float* x, std::span<const int32_t> tokens,
