@@ -14,6 +14,15 @@ namespace {
 
 using kernels::WeightFormat;
 
+// A BF16 value with an all-ones exponent is Inf or NaN; it would turn every logit into NaN.
+// `first_index` is the index of v[0] within the tensor, for the message.
+void require_finite_bf16(const SafetensorsFile& shard, const std::string& tensor, const uint16_t* v, int64_t n,
+                         int64_t first_index) {
+  for (int64_t i = 0; i < n; ++i)
+    if ((v[i] & 0x7F80) == 0x7F80)
+      fail("{}: tensor {} holds a non-finite value at index {}", shard.path(), tensor, first_index + i);
+}
+
 class Loader {
  public:
   Loader(const Checkpoint& ck, ModelWeights& w) : ck_(ck), w_(w) {}
@@ -39,9 +48,7 @@ class Loader {
                   [](uint8_t c) { return (c & 0x7F) == 0x7F; });  // E4M3 NaN: S.1111.111
       check_codes(name + ".scale", m.scales, m.scale_bytes(), [](uint8_t c) { return c == 0xFF; });  // E8M0 NaN
     } else if (format == WeightFormat::kBF16) {
-      const uint16_t* v = static_cast<const uint16_t*>(m.data);
-      for (int64_t i = 0; i < m.rows * m.cols; ++i)
-        if ((v[i] & 0x7F80) == 0x7F80) fail("{}: tensor {} holds a non-finite value at index {}", ref.shard->path(), name + ".weight", i);
+      require_finite_bf16(*ref.shard, name + ".weight", static_cast<const uint16_t*>(m.data), m.rows * m.cols, 0);
     }
     return m;
   }
@@ -134,12 +141,8 @@ void EmbeddingRows::row(int32_t token, float* out) const {
   if (token < 0 || token >= rows_) fail("{}: token id {} outside the embedding's {} rows", shard_->path(), token, rows_);
   std::vector<uint16_t> raw(static_cast<size_t>(cols_));
   shard_->file().read_exact(raw.data(), raw.size() * 2, info_->offset + uint64_t(token) * uint64_t(cols_) * 2);
-  for (int64_t i = 0; i < cols_; ++i) {
-    if ((raw[i] & 0x7F80) == 0x7F80)
-      fail("{}: tensor {} holds a non-finite value at index {}", shard_->path(), info_->name,
-           int64_t(token) * cols_ + i);
-    out[i] = bf16_to_f32(raw[i]);
-  }
+  require_finite_bf16(*shard_, info_->name, raw.data(), cols_, int64_t(token) * cols_);
+  for (int64_t i = 0; i < cols_; ++i) out[i] = bf16_to_f32(raw[i]);
 }
 
 ModelWeights ModelWeights::load(const Checkpoint& ck) {
