@@ -71,6 +71,7 @@ class ResidentExperts final : public ExpertProvider {
     n_experts_ = c.n_routed_experts;
     const int n_layers = static_cast<int>(c.layers.size());
     experts_.resize(static_cast<size_t>(n_layers) * n_experts_);
+    BulkReader reader;
     for (int l = 0; l < n_layers; ++l) {
       for (int e = 0; e < n_experts_; ++e) {
         ExpertLocation loc = locate_expert(ck, l, e);
@@ -81,7 +82,8 @@ class ResidentExperts final : public ExpertProvider {
         }
         Slot& s = experts_[index(l, e)];
         s.buffer = AlignedBuffer(total);
-        for (int i = 0; i < 6; ++i) loc.parts[i].shard->file().read_exact(s.buffer.data() + offsets[i], loc.parts[i].bytes, loc.parts[i].offset);
+        for (int i = 0; i < 6; ++i)
+          reader.read(loc.parts[i].shard->file(), s.buffer.data() + offsets[i], loc.parts[i].bytes, loc.parts[i].offset);
         s.weights = expert_views(ck, s.buffer.data(), offsets);
         bytes_ += total;
       }

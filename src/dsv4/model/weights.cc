@@ -1,6 +1,7 @@
 #include "dsv4/model/weights.h"
 
-#include <cmath>
+#include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -14,13 +15,29 @@ namespace {
 
 using kernels::WeightFormat;
 
+// Index of the first element of v[0, n) for which bad() holds, or -1. The scan runs in
+// blocks without an early exit so the compiler vectorizes it: the load checks every byte
+// of the dense weights, and a byte-at-a-time loop took a third of the load time.
+template <typename T, typename Bad>
+int64_t first_bad(const T* v, int64_t n, Bad bad) {
+  constexpr int64_t kBlock = 4096;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    bool any = false;
+    for (int64_t i = b; i < e; ++i) any |= bad(v[i]);
+    if (any)
+      for (int64_t i = b; i < e; ++i)
+        if (bad(v[i])) return i;
+  }
+  return -1;
+}
+
 // A BF16 value with an all-ones exponent is Inf or NaN; it would turn every logit into NaN.
 // `first_index` is the index of v[0] within the tensor, for the message.
 void require_finite_bf16(const SafetensorsFile& shard, const std::string& tensor, const uint16_t* v, int64_t n,
                          int64_t first_index) {
-  for (int64_t i = 0; i < n; ++i)
-    if ((v[i] & 0x7F80) == 0x7F80)
-      fail("{}: tensor {} holds a non-finite value at index {}", shard.path(), tensor, first_index + i);
+  const int64_t i = first_bad(v, n, [](uint16_t x) { return (x & 0x7F80) == 0x7F80; });
+  if (i >= 0) fail("{}: tensor {} holds a non-finite value at index {}", shard.path(), tensor, first_index + i);
 }
 
 class Loader {
@@ -30,7 +47,7 @@ class Loader {
   const uint8_t* bytes(const std::string& name) {
     const TensorRef& ref = ck_.get(name);
     w_.storage.emplace_back(ref.info->bytes);
-    ref.shard->read(*ref.info, w_.storage.back().data());
+    read(ref, w_.storage.back().data());
     w_.resident_bytes += ref.info->bytes;
     return w_.storage.back().data();
   }
@@ -57,9 +74,9 @@ class Loader {
   // silently turn every logit into NaN, so refuse them at load.
   template <typename IsNan>
   void check_codes(const std::string& name, const uint8_t* p, int64_t n, IsNan is_nan) {
-    for (int64_t i = 0; i < n; ++i)
-      if (is_nan(p[i]))
-        fail("{}: tensor {} holds a NaN encoding (0x{:02X}) at index {}", ck_.get(name).shard->path(), name, p[i], i);
+    const int64_t i = first_bad(p, n, is_nan);
+    if (i >= 0)
+      fail("{}: tensor {} holds a NaN encoding (0x{:02X}) at index {}", ck_.get(name).shard->path(), name, p[i], i);
   }
 
   Matrix f32_matrix(const std::string& name) {
@@ -77,7 +94,7 @@ class Loader {
   std::vector<float> vec(const std::string& name) {
     const TensorRef& ref = ck_.get(name);
     std::vector<uint8_t> raw(ref.info->bytes);
-    ref.shard->read(*ref.info, raw.data());
+    read(ref, raw.data());
     const int64_t n = ref.info->numel();
     std::vector<float> out(static_cast<size_t>(n));
     if (ref.info->dtype == DType::kBF16) {
@@ -94,7 +111,7 @@ class Loader {
   std::vector<int32_t> tid2eid(const std::string& name, int64_t n_experts) {
     const TensorRef& ref = ck_.get(name);
     std::vector<int64_t> raw(static_cast<size_t>(ref.info->numel()));
-    ref.shard->read(*ref.info, raw.data());
+    read(ref, raw.data());
     std::vector<int32_t> out(raw.size());
     for (size_t i = 0; i < raw.size(); ++i) {
       if (raw[i] < 0 || raw[i] >= n_experts)
@@ -106,13 +123,18 @@ class Loader {
   }
 
  private:
+  void read(const TensorRef& ref, void* dst) { reader_.read(ref.shard->file(), dst, ref.info->bytes, ref.info->offset); }
+
   void check_finite(const std::string& name, const float* v, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[i])) fail("{}: tensor {} holds a non-finite value at index {}", ck_.get(name).shard->path(), name, i);
+    // An all-ones exponent is Inf or NaN; tested on the bits, which vectorizes.
+    const int64_t i =
+        first_bad(v, n, [](float x) { return (std::bit_cast<uint32_t>(x) & 0x7F800000u) == 0x7F800000u; });
+    if (i >= 0) fail("{}: tensor {} holds a non-finite value at index {}", ck_.get(name).shard->path(), name, i);
   }
 
   const Checkpoint& ck_;
   ModelWeights& w_;
+  BulkReader reader_;
 };
 
 CompressorWeights load_compressor(Loader& ld, const std::string& p, int ratio, int dim, bool overlap) {

@@ -134,6 +134,19 @@ void AlignedBuffer::Free::operator()(uint8_t* p) const {
     std::free(p);
 }
 
+void BulkReader::read(const File& file, void* dst, uint64_t length, uint64_t offset) {
+  if (length >= kMinDirectBytes) {
+    auto it = direct_.find(file.path());
+    if (it == direct_.end()) it = direct_.emplace(file.path(), File::open_direct(file.path())).first;
+    if (it->second.valid()) {
+      if (bounce_.size() == 0) bounce_ = AlignedBuffer(kBounceBytes);
+      if (read_direct_window(it->second, dst, length, offset, bounce_.data(), bounce_.size())) return;
+      it->second = File();  // the kernel refused this file's direct reads: stay buffered
+    }
+  }
+  file.read_exact(dst, length, offset);
+}
+
 std::string read_small_file(const std::string& path, uint64_t max_bytes) {
   File f = File::open_read(path);
   uint64_t size = f.size();
