@@ -351,6 +351,35 @@ TEST_F(BadCheckpoint, NanCodesInWeights) {
   EXPECT_NE(r.err.find("layers.0.attn.wkv.scale holds a NaN encoding"), std::string::npos) << r.err;
 }
 
+// The load scans tensors in blocks of 4096 elements: a bad value deep inside a tensor is
+// found and named with its exact index (FP8 weight: a later block; BF16 head: its last value).
+TEST_F(BadCheckpoint, BadValueInALaterBlockIsNamed) {
+  const size_t fp8_index = 3 * 4096 + 17;
+  edit_shard(1, [&](Shard& s) {
+    s.data[s.header["layers.0.attn.wq_a.weight"]["data_offsets"][0].get<size_t>() + fp8_index] = 0x7F;
+  });
+  auto r = test::run_dsv4("generate -m " + dir_ + " --tokens 1,2 -n 1 --greedy --print-ids");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor layers.0.attn.wq_a.weight holds a NaN encoding (0x7F) at index " +
+                       std::to_string(fp8_index)),
+            std::string::npos)
+      << r.err;
+
+  int64_t last = 0;  // the head loads before the layers, so its error comes first now
+  edit_shard(2, [&](Shard& s) {
+    const auto& head = s.header["head.weight"];
+    last = head["shape"][0].get<int64_t>() * head["shape"][1].get<int64_t>() - 1;
+    const size_t at = head["data_offsets"][0].get<size_t>() + size_t(last) * 2;
+    s.data[at] = static_cast<char>(0xC0);  // BF16 0xFFC0 = NaN
+    s.data[at + 1] = static_cast<char>(0xFF);
+  });
+  r = test::run_dsv4("generate -m " + dir_ + " --tokens 1,2 -n 1 --greedy --print-ids");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor head.weight holds a non-finite value at index " + std::to_string(last)),
+            std::string::npos)
+      << r.err;
+}
+
 // The embedding is read a row per token, so a non-finite value in it is refused when that
 // row is used, naming the tensor and the element.
 TEST_F(BadCheckpoint, NonFiniteEmbeddingRow) {
