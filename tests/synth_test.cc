@@ -10,7 +10,7 @@
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/safetensors_writer.h"
 #include "dsv4/model/engine.h"
-#include "dsv4/tools/synth.h"
+#include "dsv4/synth/synth.h"
 #include "dsv4/util/error.h"
 #include "test_util.h"
 

@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dsv4/experts/expert_trace.h"
-#include "dsv4/tools/synth.h"
+#include "dsv4/synth/synth.h"
 
 namespace dsv4::cli {
 
@@ -86,17 +85,6 @@ struct ChatOptions {
 };
 int chat(const ChatOptions& o);
 
-// ---- bench kernels (compute kernels) ----
-struct BenchKernelsOptions {
-  std::string n = "1,16,128,512";  // comma-separated batch sizes
-  std::string format;              // comma-separated: fp4,fp8,bf16 (empty = all)
-  std::string mode = "fast";       // fast | reference | both
-  int threads = 0;                 // 0 = all available CPUs
-  double seconds = 0.5;            // minimum timed time per case (at least 5 repetitions)
-  bool json = false;
-};
-int bench_kernels(const BenchKernelsOptions& o);
-
 // dsv4 serve: the OpenAI-compatible HTTP server and web chat page (src/dsv4/server/).
 // Sampling flags set the defaults for requests that leave a field out.
 struct ServeOptions {
@@ -113,38 +101,11 @@ struct ServeOptions {
 };
 int serve(const ServeOptions& o);
 
-}  // namespace dsv4::cli
-
-namespace dsv4::cli {
-
 struct SynthCliOptions {
   SynthOptions options;
   bool demo = false;
   bool quiet = false;
 };
 int synth(const SynthCliOptions& o);
-
-}  // namespace dsv4::cli
-
-namespace dsv4::cli {
-
-// dsv4 bench -m DIR (the model benchmark; `dsv4 bench kernels` is the kernel one).
-struct BenchModelOptions {
-  ModelOptions model;
-  int64_t prompt_tokens = 64;
-  int64_t gen_tokens = 16;
-  uint64_t seed = 1;
-  uint64_t probe_bytes = 2ull << 30;  // bytes of shard read to measure the SSD
-  std::string lookahead = "all";  // off | exact (hash layers) | all
-  bool json = false;
-  // --replay: replay the recorded expert requests against a fresh store with a synthetic
-  // compute model (per-layer dense, per-expert, head seconds) scaled by each factor.
-  bool replay = false;
-  ComputeModel replay_compute{0.0094, 0.0009, 0.030};
-  std::vector<double> replay_scales{0, 0.5, 1, 2, 4};
-  std::string trace_out;  // save the recorded expert requests
-  std::string trace_in;   // replay these instead of running the model
-};
-int bench_model(const BenchModelOptions& o);
 
 }  // namespace dsv4::cli

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "dsv4/runtime/settings.h"
-#include "dsv4/tools/synth.h"
+#include "dsv4/synth/synth.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 

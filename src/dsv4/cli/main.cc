@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "dsv4/bench/bench.h"
 #include "dsv4/cli/commands.h"
 #include "dsv4/runtime/settings.h"
 #include "dsv4/util/error.h"

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "dsv4/cli/commands.h"
-#include "dsv4/tools/synth.h"
+#include "dsv4/synth/synth.h"
 
 namespace dsv4::cli {
 

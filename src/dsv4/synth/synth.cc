@@ -1,4 +1,4 @@
-#include "dsv4/tools/synth.h"
+#include "dsv4/synth/synth.h"
 
 #include <sys/stat.h>
 
@@ -15,7 +15,7 @@
 #include "dsv4/io/safetensors_writer.h"
 #include "dsv4/io/schema.h"
 #include "dsv4/kernels/formats.h"
-#include "dsv4/tools/demo_tokenizer.h"
+#include "dsv4/synth/demo_tokenizer.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 

@@ -1,4 +1,4 @@
-#include "dsv4/experts/expert_trace.h"
+#include "dsv4/bench/expert_trace.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "dsv4/kernels/machine_limits.h"
+#include "dsv4/bench/machine_limits.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "dsv4/experts/ssd_probe.h"
+#include "dsv4/bench/ssd_probe.h"
 
 #include <fcntl.h>
 

@@ -17,9 +17,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "dsv4/cli/commands.h"
+#include "dsv4/bench/bench.h"
 #include "dsv4/kernels/kernels.h"
-#include "dsv4/kernels/machine_limits.h"
+#include "dsv4/bench/machine_limits.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/thread_pool.h"
 

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "dsv4/cli/commands.h"
-#include "dsv4/experts/expert_trace.h"
-#include "dsv4/experts/ssd_probe.h"
+#include "dsv4/bench/bench.h"
+#include "dsv4/bench/expert_trace.h"
+#include "dsv4/bench/ssd_probe.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"

@@ -1,4 +1,4 @@
-#include "dsv4/tools/demo_tokenizer.h"
+#include "dsv4/synth/demo_tokenizer.h"
 
 #include <algorithm>
 #include <map>
