@@ -10,6 +10,10 @@ APT_PACKAGES=(
   nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libcli11-dev libfmt-dev
   liburing-dev libpcre2-dev
   python3-numpy
+  # The demo model's trainer and its engine-vs-torch test (tools/demo_model): Debian's torch,
+  # OpenBLAS under it (the default reference BLAS is ~10x slower), the King James Bible it is
+  # trained on, and the word list the demo test checks its English against.
+  python3-torch libopenblas0-pthread bible-kjv bible-kjv-text wamerican
 )
 # Node.js (for the tokenizer/OpenAI-SDK/browser test oracles): the machine's own if present.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)

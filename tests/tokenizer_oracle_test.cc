@@ -197,6 +197,19 @@ TEST(TokOracle, FixtureTokenizer) {
   check("tiny-a", test::fixture("tiny-a/tokenizer.json"), seed_or(7), 3000, 3000);
 }
 
+// The built-in demo model's own tokenizer (tools/demo_model/bpe.py): 3824 merges learned on
+// the King James Bible, specials at the top ids. Its training ids came from the C++ tokenizer,
+// so Hugging Face must agree with it too. Also some of the held-out text it ships with.
+TEST(TokOracle, DemoModelTokenizer) {
+  check("demo", "models/demo/tokenizer.json", seed_or(14), 3000, 3000);
+  const Tokenizer tok = Tokenizer::from_file("models/demo/tokenizer.json");
+  EXPECT_EQ(tok.vocab_size(), 4096);
+  EXPECT_EQ(tok.bos_id(), 4080);
+  EXPECT_EQ(tok.eos_id(), 4081);
+  EXPECT_EQ(tok.token_id("<｜User｜>"), 4083);
+  EXPECT_EQ(tok.token_id("</think>"), 4086);
+}
+
 TEST(TokOracle, SyntheticVariants) {
   test::TempDir dir;
   for (const char* variant : {"added_tokens", "ignore_merges"}) {
