@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -249,6 +250,27 @@ TEST(Bench, ModelJsonFields) {
   auto bad = test::run_dsv4("bench -m " + fixture("tiny-a") + " --ram 1K --json");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--ram"), std::string::npos) << bad.err;
+}
+
+// --prompt-file: the prompt is those ids (real text, for a trained model's routing), and with
+// --chunk 1 the trace has every prompt token's acquires, one token after another.
+TEST(Bench, PromptFileAndPerTokenTrace) {
+  TempDir tmp;
+  test::write_file(tmp / "ids.txt", "496, 499 84 101\n288,301,101");
+  auto r = test::run_dsv4("bench -m " + fixture("tiny-a") + " --ram min --prompt-file " + tmp / "ids.txt" +
+                          " --chunk 1 --gen-tokens 2 --threads 1 --ssd-probe-bytes 4194304 --json --trace-out " +
+                          tmp / "trace.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Json::parse(r.out)["details"]["prompt_tokens"], 7);
+  const std::string trace = read_file(tmp / "trace.txt");
+  size_t acquires = 0;
+  std::istringstream lines(trace);
+  for (std::string line; std::getline(lines, line);) acquires += line.rfind("A ", 0) == 0;
+  EXPECT_EQ(acquires, size_t(7 + 2) * 6 * 3);  // (prompt + decoded) tokens x 6 layers x top-3
+  test::write_file(tmp / "bad.txt", "1, 2, 99999");
+  auto bad = test::run_dsv4("bench -m " + fixture("tiny-a") + " --ram min --prompt-file " + tmp / "bad.txt");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("bad.txt: token id 99999 is outside the vocabulary"), std::string::npos) << bad.err;
 }
 
 }  // namespace

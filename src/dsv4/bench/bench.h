@@ -28,6 +28,7 @@ struct BenchModelOptions {
   int64_t prompt_tokens = 64;
   int64_t gen_tokens = 16;
   uint64_t seed = 1;
+  std::string prompt_file;  // token ids; empty: a pseudo-random prompt of prompt_tokens
   uint64_t probe_bytes = 2ull << 30;  // bytes of shard read to measure the SSD
   std::string lookahead = "all";  // off | exact (hash layers) | all
   bool json = false;

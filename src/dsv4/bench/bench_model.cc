@@ -13,8 +13,10 @@
 #include "dsv4/bench/bench.h"
 #include "dsv4/bench/expert_trace.h"
 #include "dsv4/bench/ssd_probe.h"
+#include "dsv4/cli/common.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/util/error.h"
+#include "dsv4/util/file.h"
 #include "dsv4/util/memory.h"
 
 namespace dsv4::cli {
@@ -153,13 +155,21 @@ int bench_model(const BenchModelOptions& o) {
   if (o.prompt_tokens < 1) fail("--prompt-tokens must be at least 1");
   if (o.gen_tokens < 1) fail("--gen-tokens must be at least 1");
   Checkpoint probe_ck = Checkpoint::open(o.model.dir);
+  std::vector<int32_t> prompt_ids;
+  if (!o.prompt_file.empty()) {
+    prompt_ids = parse_token_ids(read_small_file(o.prompt_file, 256 << 20), o.prompt_file);
+    if (prompt_ids.empty()) fail("{}: no token ids (--prompt-file)", o.prompt_file);
+    for (int32_t t : prompt_ids)
+      if (t >= probe_ck.config().vocab_size) fail("{}: token id {} is outside the vocabulary (--prompt-file)", o.prompt_file, t);
+  }
+  const int64_t prompt_len = prompt_ids.empty() ? o.prompt_tokens : static_cast<int64_t>(prompt_ids.size());
   std::vector<std::string> shard_paths;
   for (const auto& s : probe_ck.shards()) shard_paths.push_back(s->path());
   const int64_t V = probe_ck.config().vocab_size;
   const IoBackend backend = parse_io_backend(o.model.io);
   WorkloadShape workload;
-  workload.context_tokens = o.prompt_tokens + o.gen_tokens;
-  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : o.prompt_tokens;
+  workload.context_tokens = prompt_len + o.gen_tokens;
+  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : prompt_len;
   const MemoryPlan plan = plan_memory(probe_ck, parse_ram(o.model.ram), workload);
   ExpertStoreOptions store;
   store.backend = backend;
@@ -208,12 +218,16 @@ int bench_model(const BenchModelOptions& o) {
   const double load_s = seconds_since(t0);
   ExpertProvider& experts = engine->experts();
 
-  // A fixed pseudo-random prompt (the same for every budget, so runs are comparable).
-  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
-  uint64_t x = 0x243F6A8885A308D3ull ^ o.seed;
-  for (int32_t& t : prompt) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    t = static_cast<int32_t>(x % static_cast<uint64_t>(V));
+  // A fixed pseudo-random prompt (the same for every budget, so runs are comparable), or
+  // real text's ids from --prompt-file (a trained model's routing on text it can read).
+  std::vector<int32_t> prompt = prompt_ids;
+  if (prompt.empty()) {
+    prompt.resize(static_cast<size_t>(o.prompt_tokens));
+    uint64_t x = 0x243F6A8885A308D3ull ^ o.seed;
+    for (int32_t& t : prompt) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      t = static_cast<int32_t>(x % static_cast<uint64_t>(V));
+    }
   }
   SessionState session = engine->new_session();
   std::vector<float> logits(static_cast<size_t>(V));
@@ -264,7 +278,7 @@ int bench_model(const BenchModelOptions& o) {
     nlohmann::ordered_json j;
     j["load_s"] = load_s;
     j["ttft_s"] = ttft_s;
-    j["prefill_tok_s"] = double(o.prompt_tokens) / ttft_s;
+    j["prefill_tok_s"] = double(prompt_len) / ttft_s;
     j["decode_tok_s"] = G / decode_total;
     j["hit_rate"] = decode.hit_rate();
     j["bytes_read_per_token"] = bytes_per_token;
@@ -275,7 +289,7 @@ int bench_model(const BenchModelOptions& o) {
     j["peak_rss_bytes"] = peak_rss;
     nlohmann::ordered_json d;
     d["model"] = o.model.dir;
-    d["prompt_tokens"] = o.prompt_tokens;
+    d["prompt_tokens"] = prompt_len;
     d["gen_tokens"] = o.gen_tokens;
     d["threads"] = engine->threads();
     d["kernels"] = kernels::active_path();
@@ -307,8 +321,8 @@ int bench_model(const BenchModelOptions& o) {
   fmt::print("ssd          {:.2f} GB/s O_DIRECT ({:.2f} before, {:.2f} after{})\n", ssd_gbps, ssd_before.gbps(),
              ssd_after.gbps(), ssd_before.direct ? "" : "; buffered: O_DIRECT refused");
   fmt::print("load         {:.2f} s\n", load_s);
-  fmt::print("prefill      {} tokens, TTFT {:.2f} s, {:.2f} tok/s, {:.1f}% hits, {:.2f} GB read\n", o.prompt_tokens,
-             ttft_s, double(o.prompt_tokens) / ttft_s, 100 * prefill.hit_rate(), prefill.bytes_read / 1e9);
+  fmt::print("prefill      {} tokens, TTFT {:.2f} s, {:.2f} tok/s, {:.1f}% hits, {:.2f} GB read\n", prompt_len,
+             ttft_s, double(prompt_len) / ttft_s, 100 * prefill.hit_rate(), prefill.bytes_read / 1e9);
   fmt::print("decode       {} tokens, {:.3f} s/token (median {:.3f}), {:.2f} tok/s\n", o.gen_tokens,
              decode_s_per_token, median(step_s), G / decode_total);
   fmt::print("experts      {:.1f}% hits, {:.1f} MB read/token at {:.2f} GB/s achieved, {:.3f} s/token blocked on I/O, "

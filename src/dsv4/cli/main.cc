@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
     add(bench_cmd, "bench_prompt_tokens", bench.prompt_tokens)->check(CLI::Range(1, 1 << 24));
     add(bench_cmd, "bench_gen_tokens", bench.gen_tokens)->check(CLI::Range(1, 1 << 24));
     add(bench_cmd, "bench_seed", bench.seed);
+    add(bench_cmd, "bench_prompt_file", bench.prompt_file);
     add(bench_cmd, "bench_ssd_probe_bytes", bench.probe_bytes)->check(CLI::Range(uint64_t{4} << 20, uint64_t{1} << 40));
     add(bench_cmd, "bench_lookahead", bench.lookahead)->check(CLI::IsMember({"off", "exact", "all"}));
     add(bench_cmd, "bench_json", bench.json);

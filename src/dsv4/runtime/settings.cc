@@ -80,6 +80,7 @@ const std::vector<Setting>& all_settings() {
       {"bench_prompt_tokens", "--prompt-tokens", "", "int", "64", "bench: prompt length"},
       {"bench_gen_tokens", "--gen-tokens", "", "int", "16", "bench: tokens to decode"},
       {"bench_seed", "--seed", "", "int", "1", "bench: seed of the random prompt"},
+      {"bench_prompt_file", "--prompt-file", "", "path", "", "bench: prompt token ids from this file (whitespace or commas) instead of the random prompt"},
       {"bench_ssd_probe_bytes", "--ssd-probe-bytes", "", "size", "2147483648", "bench: bytes of shard read to measure the SSD"},
       {"bench_lookahead", "--lookahead", "", "string", "all", "bench: guess experts ahead: off, exact (hash-routed layers only), all (also run routers early; the default)"},
       {"bench_json", "--json", "", "bool", "off", "bench: print one JSON object"},
