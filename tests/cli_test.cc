@@ -132,7 +132,7 @@ TEST(CliSettings, UnknownFlagsAndVariablesGetSuggestions) {
   // Invalid values and missing directories: one "dsv4: error:" line, exit 2 / 1.
   r = run_dsv4("run " + kModel + " --threads -3 hi");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "dsv4: error: --threads: Value -3 not in range 0 to 1024 (see --help)\n");
+  EXPECT_EQ(r.err, "dsv4: error: --threads \"-3\": expected a whole number from 0 to 1024\n");
   r = run_dsv4("run -m /nonexistent-dsv4-dir hi");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "dsv4: error: /nonexistent-dsv4-dir: no such checkpoint directory (-m)\n");

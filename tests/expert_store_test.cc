@@ -471,8 +471,9 @@ TEST(Planner, ParsesRamSizes) {
   EXPECT_EQ(parse_ram("1.5G").bytes, 3ull << 29);
   EXPECT_EQ(parse_ram("2GiB").bytes, 2ull << 30);
   EXPECT_EQ(parse_ram("min").kind, RamRequest::Kind::kMinimum);
-  EXPECT_EQ(parse_ram("").kind, RamRequest::Kind::kDefault);
-  for (const char* bad : {"abc", "-1G", "1X", "0", "12", "G", "1.5.G", " 1G"}) {
+  EXPECT_EQ(parse_ram("auto").kind, RamRequest::Kind::kDefault);
+  for (const char* bad : {"abc", "-1G", "1X", "0", "12", "G", "1.5.G", " 1G", "", "default", "1e9", "1G ", "+1G",
+                          "0x10G", "2000000000G", "1.5"}) {
     try {
       parse_ram(bad);
       ADD_FAILURE() << bad << " was accepted";
@@ -537,7 +538,7 @@ TEST(Planner, RamFlagOnCommands) {
   EXPECT_NE(low.err.find("--ram: a budget of 8.0 MiB"), std::string::npos) << low.err;
   EXPECT_NE(low.err.find("below the minimum"), std::string::npos) << low.err;
   auto bad = test::run_dsv4("score -m " + model + " --tokens-file /dev/null --logits-out /dev/null --ram lots");
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.exit_code, 2);  // refused while parsing the command line
   EXPECT_NE(bad.err.find("--ram \"lots\""), std::string::npos) << bad.err;
 }
 

@@ -599,7 +599,7 @@ TEST(KernelBench, JsonFieldsAndForcedPath) {
     EXPECT_GT(j["fma_gflops"].get<double>(), 0.0);
   }
   auto bad = test::run_dsv4("bench kernels --n nope");
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--n"), std::string::npos) << bad.err;
 }
 
@@ -611,8 +611,8 @@ TEST(KernelBench, UnknownForcedPathNamesTheVariable) {
   char buf[256];
   while (fgets(buf, sizeof buf, f)) out += buf;
   int status = pclose(f);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
-  EXPECT_NE(out.find("DSV4_KERNELS=sse9"), std::string::npos) << out;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  EXPECT_NE(out.find("DSV4_KERNELS=sse9: expected one of auto, scalar, avx2, avx512"), std::string::npos) << out;
 }
 
 }  // namespace

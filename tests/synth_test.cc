@@ -248,7 +248,7 @@ TEST(Bench, ModelJsonFields) {
   EXPECT_EQ(k["details"]["generated"], j["details"]["generated"]);
 
   auto bad = test::run_dsv4("bench -m " + fixture("tiny-a") + " --ram 1K --json");
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--ram"), std::string::npos) << bad.err;
 }
 

@@ -13,11 +13,11 @@ namespace dsv4::cli {
 
 // ---- bench kernels (compute kernels) ----
 struct BenchKernelsOptions {
-  std::string n = "1,16,128,512";  // comma-separated batch sizes
-  std::string format;              // comma-separated: fp4,fp8,bf16 (empty = all)
-  std::string mode = "fast";       // fast | reference | both
-  int threads = 0;                 // 0 = all available CPUs
-  double seconds = 0.5;            // minimum timed time per case (at least 5 repetitions)
+  std::vector<int64_t> n;            // batch sizes
+  std::vector<std::string> formats;  // fp4, fp8, bf16
+  std::string mode;                  // fast | reference | both
+  int threads = 0;                   // 0 = all available CPUs
+  double seconds = 0;                // minimum timed time per case (at least 5 repetitions)
   bool json = false;
 };
 int bench_kernels(const BenchKernelsOptions& o);
@@ -25,12 +25,12 @@ int bench_kernels(const BenchKernelsOptions& o);
 // dsv4 bench -m DIR (the model benchmark; `dsv4 bench kernels` is the kernel one).
 struct BenchModelOptions {
   ModelOptions model;
-  int64_t prompt_tokens = 64;
-  int64_t gen_tokens = 16;
-  uint64_t seed = 1;
+  int64_t prompt_tokens = 0;
+  int64_t gen_tokens = 0;
+  uint64_t seed = 0;
   std::string prompt_file;  // token ids; empty: a pseudo-random prompt of prompt_tokens
-  uint64_t probe_bytes = 2ull << 30;  // bytes of shard read to measure the SSD
-  std::string lookahead = "all";  // off | exact (hash layers) | all
+  uint64_t probe_bytes = 0;  // bytes of shard read to measure the SSD
+  std::string lookahead;     // off | exact (hash layers) | all
   bool json = false;
   // --replay: replay the recorded expert requests against a fresh store with a synthetic
   // compute model (per-layer dense, per-expert, head seconds) scaled by each factor.

@@ -91,39 +91,15 @@ struct Row {
   double dram_gbps, fma_gflops;  // measured right before this case
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    size_t e = s.find(',', b);
-    if (e == std::string::npos) e = s.size();
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int bench_kernels(const BenchKernelsOptions& o) {
-  std::vector<int64_t> ns;
-  for (const auto& t : split(o.n)) {
-    try {
-      ns.push_back(std::stoll(t));
-    } catch (...) {
-      fail("bench kernels: --n: not a number: '{}'", t);
-    }
-    if (ns.back() < 1 || ns.back() > 4096) fail("bench kernels: --n {} out of range 1..4096", ns.back());
-  }
-  std::vector<std::string> formats = split(o.format);
-  for (const auto& f : formats)
-    if (f != "fp4" && f != "fp8" && f != "bf16" && f != "f32")
-      fail("bench kernels: --format: unknown format '{}' (fp4, fp8, bf16)", f);
+  // --n, --format, --mode and --threads were parsed and range-checked by the settings table.
+  const std::vector<int64_t>& ns = o.n;
+  const std::vector<std::string>& formats = o.formats;
   std::vector<Numerics> modes;
   if (o.mode == "fast" || o.mode == "both") modes.push_back(Numerics::kFast);
   if (o.mode == "reference" || o.mode == "both") modes.push_back(Numerics::kReference);
-  if (modes.empty()) fail("bench kernels: --mode must be fast, reference or both, not '{}'", o.mode);
-  if (o.threads < 0 || o.threads > 256) fail("bench kernels: --threads {} out of range 0..256", o.threads);
   int threads = o.threads > 0 ? o.threads : available_cpus();
   ThreadPool pool(threads);
   const std::string path = kernels::active_path();

@@ -26,14 +26,17 @@ struct TokenizeOptions {
 int tokenize(const TokenizeOptions& o);
 
 // Options shared by every command that loads a model.
+// Defaults, ranges and help are in the settings table (runtime/settings.cc); main.cc binds
+// these fields to it by key, so nothing here repeats a default.
 struct ModelOptions {
-  std::string dir;                // empty: the built-in demo model (run, chat, serve)
-  std::string numerics = "fast";  // reference | fast
+  std::string dir;       // -m; empty: the built-in demo model (run, chat, serve)
+  std::string numerics;  // reference | fast
   int threads = 0;
-  int64_t chunk = 0;              // prefill chunk (0 = automatic)
-  int64_t ctx = 0;                // context limit (0 = the model's)
-  std::string ram;                // --ram: "" = default share of available memory, "min", "12G", ...
-  std::string io = "auto";        // --io: auto | uring | threads (expert reads)
+  int64_t chunk = 0;     // prefill chunk (0 = automatic)
+  int64_t ctx = 0;       // context limit (0 = the command's default)
+  std::string ram;       // "auto", "min", "12G", ...
+  std::string io;        // auto | uring | threads (expert reads)
+  std::string demo_dir;  // DSV4_DEMO_DIR; empty: ~/.cache/dsv4/demo
   bool quiet_stats = false;
 };
 
@@ -46,8 +49,8 @@ int score(const ScoreOptions& o);
 
 struct GenerateOptions {
   ModelOptions model;
-  std::string tokens;  // "id,id,..."
-  int64_t n = 16;
+  std::vector<int32_t> tokens;
+  int64_t n = 0;
   bool greedy = true;
   bool print_ids = true;
 };
@@ -58,14 +61,14 @@ struct SamplingOptions {
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
   std::optional<int> top_k;
   std::optional<uint64_t> seed;
-  int64_t max_tokens = 512;
+  int64_t max_tokens = 0;
   std::vector<std::string> stop;
 };
 
 struct ChatStyle {
   std::string system;
   bool think = false;
-  std::string effort;  // "", "high", "max"
+  std::string effort;  // "" (none), "high", "max"
 };
 
 struct RunOptions {
@@ -90,19 +93,22 @@ int chat(const ChatOptions& o);
 struct ServeOptions {
   ModelOptions model;
   SamplingOptions sampling;
-  std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (printed)
+  std::string host;
+  int port = 0;  // 0: any free port (printed)
   std::string api_key;
-  int max_queue = 8;
+  int max_queue = 0;
   std::string model_name;  // empty: the checkpoint directory's name
-  int cache_entries = 8;
-  int64_t cache_mb = 1024;
-  int64_t max_body_mb = 16;
+  int cache_entries = 0;
+  int64_t cache_mb = 0;
+  int64_t max_body_mb = 0;
+  int token_delay_ms = 0;  // DSV4_TEST_TOKEN_DELAY_MS (test hook)
 };
 int serve(const ServeOptions& o);
 
+// Geometry flags of 0 (hash layers -1) keep the preset's value.
 struct SynthCliOptions {
   SynthOptions options;
+  std::string preset;  // flash | pro
   bool demo = false;
   bool quiet = false;
 };

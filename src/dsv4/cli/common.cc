@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "dsv4/runtime/settings.h"
 #include "dsv4/synth/synth.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
@@ -44,10 +43,11 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
 
 std::string resolve_model_dir(const ModelOptions& m) {
   if (!m.dir.empty()) {
-    if (!is_directory(m.dir)) fail("{}: no such checkpoint directory (-m)", m.dir);
-    return m.dir;
+    if (is_directory(m.dir)) return m.dir;
+    if (path_exists(m.dir)) fail("{}: is a file, not a checkpoint directory (-m takes the directory)", m.dir);
+    fail("{}: no such checkpoint directory (-m)", m.dir);
   }
-  std::string dir = env_value("demo_dir");
+  std::string dir = m.demo_dir;
   if (dir.empty()) {
     const char* home = std::getenv("HOME");
     dir = std::string(home && *home ? home : "/tmp") + "/.cache/dsv4/demo";

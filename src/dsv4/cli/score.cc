@@ -49,8 +49,7 @@ int score(const ScoreOptions& o) {
 int generate(const GenerateOptions& o) {
   if (!o.greedy) fail("generate: only --greedy is supported here; use dsv4 run for sampling");
   parse_ram(o.model.ram);
-  std::vector<int32_t> prompt = parse_token_ids(o.tokens, "--tokens");
-  if (prompt.empty()) fail("--tokens: no token ids");
+  const std::vector<int32_t>& prompt = o.tokens;
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(prompt.size()) + o.n;
   workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : static_cast<int64_t>(prompt.size());

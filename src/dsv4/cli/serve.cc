@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 
 #include "dsv4/cli/common.h"
-#include "dsv4/runtime/settings.h"
 #include "dsv4/server/http_server.h"
 #include "dsv4/util/error.h"
 
@@ -128,13 +127,7 @@ int serve(const ServeOptions& o) {
   so.scheduler.cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
   so.scheduler.context_limit = o.model.ctx;
   so.scheduler.chunk = o.model.chunk;
-  if (const std::string delay = env_value("test_token_delay_ms"); !delay.empty()) {
-    try {
-      so.scheduler.token_delay_ms = std::clamp(std::stoi(delay), 0, 10000);
-    } catch (const std::exception&) {
-      fail("DSV4_TEST_TOKEN_DELAY_MS must be a number of milliseconds, got \"{}\"", delay);
-    }
-  }
+  so.scheduler.token_delay_ms = o.token_delay_ms;
 
   if (const std::string w = server::exposure_warning(o.host, !o.api_key.empty()); !w.empty())
     fmt::print(stderr, "dsv4 serve: warning: {}\n", w);

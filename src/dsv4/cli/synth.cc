@@ -10,9 +10,42 @@
 
 namespace dsv4::cli {
 
+namespace {
+
+// The preset's geometry with every flag the user set (non-zero; hash layers >= 0) on top.
+SynthOptions with_overrides(const SynthCliOptions& o) {
+  SynthOptions s = synth_preset(o.preset == "pro" ? SynthPreset::kPro : SynthPreset::kFlash);
+  const SynthOptions& f = o.options;
+  s.out = f.out;
+  s.layers = f.layers;
+  s.seed = f.seed;
+  s.shard_bytes = f.shard_bytes;
+  s.mtp_layers = f.mtp_layers;
+  if (f.hash_layers >= 0) s.hash_layers = f.hash_layers;
+  auto set = [](auto& field, auto value) {
+    if (value != 0) field = value;
+  };
+  set(s.experts, f.experts);
+  set(s.experts_per_token, f.experts_per_token);
+  set(s.hidden, f.hidden);
+  set(s.moe_inter, f.moe_inter);
+  set(s.heads, f.heads);
+  set(s.head_dim, f.head_dim);
+  set(s.rope_dim, f.rope_dim);
+  set(s.q_lora, f.q_lora);
+  set(s.o_groups, f.o_groups);
+  set(s.o_lora, f.o_lora);
+  set(s.index_heads, f.index_heads);
+  set(s.index_head_dim, f.index_head_dim);
+  set(s.index_topk, f.index_topk);
+  set(s.vocab, f.vocab);
+  return s;
+}
+
+}  // namespace
+
 int synth(const SynthCliOptions& o) {
-  SynthOptions s = o.demo ? demo_synth_options(o.options.out) : o.options;
-  if (o.demo) s.out = o.options.out;
+  SynthOptions s = o.demo ? demo_synth_options(o.options.out) : with_overrides(o);
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   synthesize(s, [&](uint64_t done, uint64_t total) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -25,39 +24,16 @@ bool is_routed_expert(const std::string& name) { return name.find(".ffn.experts.
 RamRequest parse_ram(const std::string& text) {
   RamRequest r;
   r.text = text;
-  if (text.empty() || text == "default") return r;
+  if (text == "auto") return r;
   if (text == "min") {
     r.kind = RamRequest::Kind::kMinimum;
     return r;
   }
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  const double value = std::strtod(begin, &end);
-  std::string unit(end);
-  if (end == begin || !std::isfinite(value) || value <= 0 || begin[0] == '-' || begin[0] == '+' ||
-      begin[0] == ' ')
-    fail("--ram \"{}\": expected a size such as 512M, 24G, 1.5G, or \"min\"", text);
-  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
-  if (!unit.empty() && (unit.back() == 'i')) unit.pop_back();
-  double scale;
-  if (unit.empty()) {
-    scale = 1;
-  } else if (unit == "K" || unit == "k") {
-    scale = 1024.0;
-  } else if (unit == "M" || unit == "m") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "G" || unit == "g") {
-    scale = 1024.0 * 1024 * 1024;
-  } else if (unit == "T" || unit == "t") {
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  } else {
-    fail("--ram \"{}\": unknown unit \"{}\" (use K, M, G or T)", text, unit);
-  }
-  const double bytes = value * scale;
-  if (bytes > 1e18) fail("--ram \"{}\" is absurdly large", text);
-  if (bytes < 1024 * 1024) fail("--ram \"{}\" is below 1 MiB (did you forget the unit, as in 512M?)", text);
+  const std::optional<uint64_t> bytes = parse_byte_size(text);
+  if (!bytes) fail("--ram \"{}\": expected a size such as 512M, 24G, 1.5G, or \"min\" or \"auto\"", text);
+  if (*bytes < (1u << 20)) fail("--ram \"{}\" is below 1 MiB (did you forget the unit, as in 512M?)", text);
   r.kind = RamRequest::Kind::kBytes;
-  r.bytes = static_cast<uint64_t>(bytes);
+  r.bytes = *bytes;
   return r;
 }
 

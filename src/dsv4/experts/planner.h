@@ -22,8 +22,8 @@ struct RamRequest {
   std::string text;  // as given, for messages
 };
 
-// "512M", "24G", "1.5G", "2T", "800K", "123456" (bytes), "min", "" or "default".
-// Throws Error naming --ram on anything else.
+// "512M", "24G", "1.5G", "2T", "800K", "123456" (bytes), "min" or "auto" (the default share
+// of available memory). Throws Error naming --ram on anything else.
 RamRequest parse_ram(const std::string& text);
 
 // What the process will do with the model: sizes the KV / activation reserve.

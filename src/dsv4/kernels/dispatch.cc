@@ -59,9 +59,12 @@ const Table* compiled(const std::string& name) {
   return nullptr;
 }
 
+// DSV4_KERNELS is read here, not passed in: the choice is fixed for the process at the first
+// kernel call, and library users and tests never pass through the command line (which
+// validates the variable against the settings table and forces this choice at start-up).
 const Table& choose() {
   const char* env = std::getenv("DSV4_KERNELS");
-  if (env && *env) return table_by_name(env);
+  if (env && *env && std::string(env) != "auto") return table_by_name(env);
   for (const char* name : {"avx512", "avx2"}) {
     const Table* t = compiled(name);
     if (t && cpu_supports(name)) return *t;
@@ -73,7 +76,7 @@ const Table& choose() {
 
 const Table& table_by_name(const std::string& name) {
   if (name != "scalar" && name != "avx2" && name != "avx512")
-    fail("DSV4_KERNELS={}: unknown kernel path (use scalar, avx2 or avx512)", name);
+    fail("DSV4_KERNELS={}: unknown kernel path (use auto, scalar, avx2 or avx512)", name);
   const Table* t = compiled(name);
   if (!t) fail("DSV4_KERNELS={}: this build has no {} kernels", name, name);
   if (!cpu_supports(name)) fail("DSV4_KERNELS={}: this CPU does not support {}", name, name);

@@ -12,6 +12,7 @@
 
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/sampler.h"
+#include "dsv4/runtime/settings.h"
 
 namespace dsv4 {
 
@@ -21,7 +22,7 @@ const char* finish_reason_name(FinishReason r);  // "stop", "length", "context_l
 struct GenerationRequest {
   std::vector<int32_t> prompt;            // the whole sequence the model should see
   SamplingParams sampling;
-  int64_t max_tokens = 512;
+  int64_t max_tokens = setting_default<int64_t>("max_tokens");
   std::vector<int32_t> stop_ids;          // e.g. the end-of-sentence token (not emitted as text)
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   int64_t context_limit = 0;              // 0 = the model's max_position_embeddings

@@ -1,118 +1,292 @@
 #include "dsv4/runtime/settings.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 
+#include "dsv4/experts/planner.h"
 #include "dsv4/util/error.h"
+#include "dsv4/util/memory.h"
 
 namespace dsv4 {
-
-const std::vector<Setting>& all_settings() {
-  static const std::vector<Setting> kSettings = {
-      {"model", "-m,--model", "DSV4_MODEL", "path", "", "checkpoint directory (run/chat/serve default to the demo model)"},
-      {"ram", "--ram", "DSV4_RAM", "size", "auto",
-       "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (a safe share of available memory)"},
-      {"io", "--io", "DSV4_IO", "string", "auto", "expert reads: auto (io_uring, else threads), uring or threads"},
-      {"threads", "--threads", "DSV4_THREADS", "int", "0", "compute threads (0 = all CPUs)"},
-      {"numerics", "--numerics", "DSV4_NUMERICS", "string", "fast",
-       "reference (float32 activations) or fast (quantized activations)"},
-      {"chunk", "--chunk", "DSV4_CHUNK", "int", "0", "prefill chunk size in tokens (0 = automatic)"},
-      {"ctx", "--ctx", "DSV4_CTX", "int", "0", "context limit in tokens (0 = the model's maximum)"},
-      {"temperature", "--temperature", "DSV4_TEMPERATURE", "float", "", "sampling temperature (0 = greedy); default from generation_config.json"},
-      {"top_p", "--top-p", "DSV4_TOP_P", "float", "", "nucleus sampling mass; default from generation_config.json"},
-      {"top_k", "--top-k", "DSV4_TOP_K", "int", "0", "keep the k most likely tokens (0 = off)"},
-      {"min_p", "--min-p", "DSV4_MIN_P", "float", "0", "drop tokens less likely than min_p x the top probability"},
-      {"repetition_penalty", "--repetition-penalty", "DSV4_REPETITION_PENALTY", "float", "1", "penalty for tokens already in the context (1 = off)"},
-      {"seed", "--seed", "DSV4_SEED", "int", "", "random seed (default: random, printed in the stats)"},
-      {"max_tokens", "--max-tokens", "DSV4_MAX_TOKENS", "int", "512", "stop after this many generated tokens"},
-      {"stop", "--stop", "", "list", "", "stop when this text is generated (repeatable)"},
-      {"host", "--host", "DSV4_HOST", "string", "127.0.0.1", "address the server binds to"},
-      {"port", "--port", "DSV4_PORT", "int", "8080", "port the server listens on"},
-      {"api_key", "--api-key", "DSV4_API_KEY", "string", "", "require this bearer token on API requests"},
-      {"max_queue", "--max-queue", "DSV4_MAX_QUEUE", "int", "8", "requests allowed to wait for the engine before 429"},
-      {"model_name", "--model-name", "DSV4_MODEL_NAME", "string", "", "serve: the model id clients send and /v1/models lists (default: the checkpoint directory's name)"},
-      {"cache_entries", "--cache-entries", "DSV4_CACHE_ENTRIES", "int", "8", "serve: session snapshots the prefix cache keeps (0 = no prefix cache)"},
-      {"cache_mb", "--cache-mb", "DSV4_CACHE_MB", "int", "1024", "serve: memory bound of the prefix cache in MiB"},
-      {"max_body_mb", "--max-body-mb", "DSV4_MAX_BODY_MB", "int", "16", "serve: largest request body in MiB (larger: 413)"},
-      // Command-specific flags (no environment variable).
-      {"prompt", "prompt", "", "string", "stdin", "run: the prompt (positional; default: read stdin)"},
-      {"raw", "--raw", "", "bool", "off", "run: plain text continuation, no chat encoding"},
-      {"run_json", "--json", "", "bool", "off", "run: print one JSON object: text, prompt_tokens, tokens, finish_reason, stats"},
-      {"system", "--system", "", "string", "", "run/chat: system prompt"},
-      {"think", "--think,!--no-think", "", "bool", "off", "thinking mode: the model reasons before answering"},
-      {"effort", "--effort", "", "string", "", "reasoning effort in thinking mode: high or max"},
-      {"inspect_dir", "dir", "", "path", "", "inspect: checkpoint directory (positional)"},
-      {"inspect_json", "--json", "", "bool", "off", "inspect: print JSON"},
-      {"tokens_file", "--tokens-file", "", "path", "", "score: token ids separated by whitespace or commas"},
-      {"logits_out", "--logits-out", "", "path", "", "score: output file, float32 little-endian [n_tokens, vocab]"},
-      {"tokens", "--tokens", "", "list", "", "generate: prompt token ids, comma-separated"},
-      {"generate_n", "-n", "", "int", "16", "generate: tokens to generate"},
-      {"greedy", "--greedy", "", "bool", "on", "generate: argmax decoding (the only mode of this command)"},
-      {"print_ids", "--print-ids", "", "bool", "on", "generate: print the generated ids comma-separated"},
-      {"tokenizer", "-t,--tokenizer", "", "path", "", "tokenize: the tokenizer.json to use"},
-      {"jsonl", "--jsonl", "", "bool", "off", "tokenize: one JSON string (with --decode: one JSON array of ids) per line"},
-      {"decode", "--decode", "", "bool", "off", "tokenize: ids in, text out"},
-      {"synth_out", "--out", "", "path", "", "synth: output directory"},
-      {"synth_demo", "--demo", "", "bool", "off", "synth: the small deterministic demo model with a tokenizer (~90 MB)"},
-      {"synth_layers", "--layers", "", "int", "4", "synth: main layers"},
-      {"synth_experts", "--experts", "", "int", "256", "synth: routed experts per layer"},
-      {"synth_experts_per_token", "--experts-per-token", "", "int", "6", "synth: routed experts per token (top-k)"},
-      {"synth_hidden", "--hidden", "", "int", "4096", "synth: hidden size"},
-      {"synth_moe_inter", "--moe-inter", "", "int", "2048", "synth: expert intermediate size"},
-      {"synth_heads", "--heads", "", "int", "64", "synth: attention heads"},
-      {"synth_head_dim", "--head-dim", "", "int", "512", "synth: attention head dim"},
-      {"synth_rope_dim", "--rope-dim", "", "int", "64", "synth: rotary dims per head"},
-      {"synth_q_lora", "--q-lora", "", "int", "1024", "synth: query low rank"},
-      {"synth_o_groups", "--o-groups", "", "int", "8", "synth: output projection groups"},
-      {"synth_o_lora", "--o-lora", "", "int", "1024", "synth: output projection rank"},
-      {"synth_index_heads", "--index-heads", "", "int", "64", "synth: indexer heads"},
-      {"synth_index_head_dim", "--index-head-dim", "", "int", "128", "synth: indexer head dim"},
-      {"synth_index_topk", "--index-topk", "", "int", "512", "synth: indexer top-k"},
-      {"synth_vocab", "--vocab", "", "int", "129280", "synth: vocabulary size"},
-      {"synth_hash_layers", "--hash-layers", "", "int", "3 of 43, scaled", "synth: hash-routed layers"},
-      {"synth_mtp", "--mtp", "", "int", "0", "synth: MTP layers (the real checkpoint has 1)"},
-      {"synth_shard_size", "--shard-size", "", "size", "4294967296", "synth: bytes per shard (approximate)"},
-      {"synth_seed", "--seed", "", "int", "1", "synth: random seed"},
-      {"synth_quiet", "--quiet", "", "bool", "off", "synth: no progress on stderr"},
-      {"bench_prompt_tokens", "--prompt-tokens", "", "int", "64", "bench: prompt length"},
-      {"bench_gen_tokens", "--gen-tokens", "", "int", "16", "bench: tokens to decode"},
-      {"bench_seed", "--seed", "", "int", "1", "bench: seed of the random prompt"},
-      {"bench_prompt_file", "--prompt-file", "", "path", "", "bench: prompt token ids from this file (whitespace or commas) instead of the random prompt"},
-      {"bench_ssd_probe_bytes", "--ssd-probe-bytes", "", "size", "2147483648", "bench: bytes of shard read to measure the SSD"},
-      {"bench_lookahead", "--lookahead", "", "string", "all", "bench: guess experts ahead: off, exact (hash-routed layers only), all (also run routers early; the default)"},
-      {"bench_json", "--json", "", "bool", "off", "bench: print one JSON object"},
-      {"bench_replay", "--replay", "", "bool", "off", "bench: replay the recorded expert requests with a synthetic compute model at several speeds"},
-      {"bench_trace_out", "--trace-out", "", "path", "", "bench: save the recorded expert requests to this file"},
-      {"bench_trace_in", "--trace-in", "", "path", "", "bench: replay a saved trace instead of running the model"},
-      {"kernels_n", "--n", "", "list", "1,16,128,512", "bench kernels: batch sizes, comma-separated"},
-      {"kernels_format", "--format", "", "list", "fp4,fp8,bf16", "bench kernels: weight formats, comma-separated"},
-      {"kernels_mode", "--mode", "", "string", "fast", "bench kernels: numerics: fast, reference or both"},
-      {"kernels_seconds", "--seconds", "", "float", "0.5", "bench kernels: minimum timed seconds per case"},
-      {"kernels_json", "--json", "", "bool", "off", "bench kernels: print JSON"},
-      // Environment only.
-      {"demo_dir", "", "DSV4_DEMO_DIR", "path", "~/.cache/dsv4/demo", "where the built-in demo model is created"},
-      {"kernels", "", "DSV4_KERNELS", "string", "auto", "force a kernel path: scalar, avx2 or avx512"},
-      {"test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", "int", "0", "test hook: serve pauses this long after each token"},
-      {"test_tmp", "", "DSV4_TEST_TMP", "path", "", "scratch directory for the test suite"},
-      {"tok_oracle_seed", "", "DSV4_TOK_ORACLE_SEED", "int", "1", "test suite: seed of the tokenizer oracle's generated strings"},
-      {"v3_tokenizer", "", "DSV4_V3_TOKENIZER", "path", "tests/node/node_modules/...", "tokenizer benchmark: the DeepSeek-V3 tokenizer.json to load"},
-      {"fuzz_seconds", "", "DSV4_FUZZ_SECONDS", "int", "30", "scripts/test.sh: seconds per fuzz target"},
-      {"skip_asan", "", "DSV4_SKIP_ASAN", "bool", "0", "scripts/test.sh: skip the sanitizer build"},
-      {"setup_browser", "", "DSV4_SETUP_BROWSER", "bool", "1", "scripts/setup.sh: install Chromium for the web tests"},
-  };
-  return kSettings;
-}
-
-const Setting& setting(std::string_view key) {
-  for (const Setting& s : all_settings())
-    if (s.key == key) return s;
-  fail("internal: no setting named {}", key);
-}
-
 namespace {
+
+using K = SettingKind;
+constexpr int64_t kMaxTokens = int64_t{1} << 30;
+constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
+
+// Builders keep the table one line per setting with its kind, default and range in view.
+Setting make(std::string key, std::string flag, std::string env, SettingKind kind, SettingValue fallback,
+             std::string help) {
+  Setting s;
+  s.key = std::move(key);
+  s.flag = std::move(flag);
+  s.env = std::move(env);
+  s.kind = kind;
+  s.fallback = std::move(fallback);
+  s.help = std::move(help);
+  return s;
+}
+Setting flag_bool(std::string key, std::string flag, std::string env, bool def, std::string help) {
+  return make(std::move(key), std::move(flag), std::move(env), K::kBool, def, std::move(help));
+}
+Setting integer(std::string key, std::string flag, std::string env, int64_t def, int64_t lo, int64_t hi,
+                std::string help) {
+  Setting s = make(std::move(key), std::move(flag), std::move(env), K::kInt, def, std::move(help));
+  s.min_int = lo;
+  s.max_int = hi;
+  return s;
+}
+Setting seed(std::string key, std::string flag, std::string env, std::optional<uint64_t> def, std::string help) {
+  Setting s = make(std::move(key), std::move(flag), std::move(env), K::kUint, SettingValue{}, std::move(help));
+  if (def) s.fallback = *def;
+  s.max_uint = kMaxU64;
+  return s;
+}
+Setting number(std::string key, std::string flag, std::string env, std::optional<double> def, double lo, double hi,
+               std::string help) {
+  Setting s = make(std::move(key), std::move(flag), std::move(env), K::kFloat, SettingValue{}, std::move(help));
+  if (def) s.fallback = *def;
+  s.min_float = lo;
+  s.max_float = hi;
+  return s;
+}
+Setting above(Setting s) {
+  s.min_exclusive = true;
+  return s;
+}
+Setting size(std::string key, std::string flag, std::string env, uint64_t def, std::string help) {
+  return make(std::move(key), std::move(flag), std::move(env), K::kSize, def, std::move(help));
+}
+Setting choice(std::string key, std::string flag, std::string env, std::string def, std::vector<std::string> choices,
+               std::string help) {
+  Setting s = make(std::move(key), std::move(flag), std::move(env), K::kChoice, SettingValue{}, std::move(help));
+  if (!def.empty()) s.fallback = std::move(def);
+  s.choices = std::move(choices);
+  return s;
+}
+Setting text(std::string key, std::string flag, std::string env, std::string def, std::string help,
+             SettingKind kind = K::kText) {
+  Setting s = make(std::move(key), std::move(flag), std::move(env), kind, SettingValue{}, std::move(help));
+  if (!def.empty()) s.fallback = std::move(def);
+  return s;
+}
+Setting ints(std::string key, std::string flag, std::vector<int64_t> def, int64_t lo, int64_t hi, std::string help) {
+  Setting s = make(std::move(key), std::move(flag), "", K::kInts, SettingValue{}, std::move(help));
+  if (!def.empty()) s.fallback = std::move(def);
+  s.min_int = lo;
+  s.max_int = hi;
+  return s;
+}
+Setting choices(std::string key, std::string flag, std::vector<std::string> def, std::vector<std::string> allowed,
+                std::string help) {
+  Setting s = make(std::move(key), std::move(flag), "", K::kChoices, std::move(def), std::move(help));
+  s.choices = std::move(allowed);
+  return s;
+}
+Setting path(std::string key, std::string flag, std::string env, std::string help) {
+  return text(std::move(key), std::move(flag), std::move(env), "", std::move(help), K::kPath);
+}
+
+std::vector<Setting> make_table() {
+  std::vector<Setting> t = {
+      // Loading a model (run, chat, serve, score, generate, bench).
+      path("model", "-m,--model", "DSV4_MODEL", "checkpoint directory (run/chat/serve default to the demo model)"),
+      make("ram", "--ram", "DSV4_RAM", K::kRam, std::string("auto"),
+           "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (80 % of available memory)"),
+      choice("io", "--io", "DSV4_IO", "auto", {"auto", "uring", "threads"},
+             "expert reads: auto (io_uring, else threads), uring or threads"),
+      integer("threads", "--threads", "DSV4_THREADS", 0, 0, 1024, "compute threads (0 = all CPUs)"),
+      choice("numerics", "--numerics", "DSV4_NUMERICS", "fast", {"reference", "fast"},
+             "reference (float32 activations) or fast (quantized activations)"),
+      integer("chunk", "--chunk", "DSV4_CHUNK", 0, 0, kMaxTokens,
+              "prefill chunk size in tokens (0 = automatic: 256, the whole sequence for score)"),
+      integer("ctx", "--ctx", "DSV4_CTX", 0, 0, int64_t{1} << 40,
+              "context limit in tokens (0 = the command's default: the model's maximum, 16384 for chat)"),
+      // Sampling (run, chat, serve).
+      number("temperature", "--temperature", "DSV4_TEMPERATURE", std::nullopt, 0, 100,
+             "sampling temperature (0 = greedy); default from generation_config.json"),
+      above(number("top_p", "--top-p", "DSV4_TOP_P", std::nullopt, 0, 1,
+                   "nucleus sampling mass; default from generation_config.json")),
+      integer("top_k", "--top-k", "DSV4_TOP_K", 0, 0, 1 << 30, "keep the k most likely tokens (0 = off)"),
+      number("min_p", "--min-p", "DSV4_MIN_P", 0.0, 0, 1, "drop tokens less likely than min_p x the top probability"),
+      above(number("repetition_penalty", "--repetition-penalty", "DSV4_REPETITION_PENALTY", 1.0, 0, 100,
+                   "penalty for tokens already in the context (1 = off)")),
+      seed("seed", "--seed", "DSV4_SEED", std::nullopt, "random seed (default: random, printed in the stats)"),
+      integer("max_tokens", "--max-tokens", "DSV4_MAX_TOKENS", 512, 0, kMaxTokens,
+              "stop after this many generated tokens"),
+      text("stop", "--stop", "", "", "stop when this text is generated (repeatable)", K::kRepeated),
+      // Server.
+      text("host", "--host", "DSV4_HOST", "127.0.0.1", "address the server binds to"),
+      integer("port", "--port", "DSV4_PORT", 8080, 0, 65535, "port the server listens on (0 = any free port)"),
+      text("api_key", "--api-key", "DSV4_API_KEY", "", "require this bearer token on API requests"),
+      integer("max_queue", "--max-queue", "DSV4_MAX_QUEUE", 8, 0, 4096,
+              "requests allowed to wait for the engine before 429"),
+      text("model_name", "--model-name", "DSV4_MODEL_NAME", "",
+           "serve: the model id clients send and /v1/models lists (default: the checkpoint directory's name)"),
+      integer("cache_entries", "--cache-entries", "DSV4_CACHE_ENTRIES", 8, 0, 1024,
+              "serve: session snapshots the prefix cache keeps (0 = no prefix cache)"),
+      integer("cache_mb", "--cache-mb", "DSV4_CACHE_MB", 1024, 0, int64_t{1} << 30,
+              "serve: memory bound of the prefix cache in MiB (planned inside --ram)"),
+      integer("max_body_mb", "--max-body-mb", "DSV4_MAX_BODY_MB", 16, 1, 4096,
+              "serve: largest request body in MiB (larger: 413)"),
+      // Command-specific flags (no environment variable).
+      text("prompt", "prompt", "", "", "run: the prompt (positional words; default: read stdin)", K::kRepeated),
+      flag_bool("raw", "--raw", "", false, "run: plain text continuation, no chat encoding"),
+      flag_bool("run_json", "--json", "", false,
+                "run: print one JSON object: text, prompt_tokens, tokens, finish_reason, stats"),
+      text("system", "--system", "", "", "run/chat: system prompt"),
+      flag_bool("think", "--think,!--no-think", "", false, "thinking mode: the model reasons before answering"),
+      choice("effort", "--effort", "", "", {"high", "max"}, "reasoning effort in thinking mode: high or max"),
+      path("inspect_dir", "dir", "", "inspect: checkpoint directory (positional)"),
+      flag_bool("inspect_json", "--json", "", false, "inspect: print JSON"),
+      path("tokens_file", "--tokens-file", "", "score: token ids separated by whitespace or commas"),
+      path("logits_out", "--logits-out", "", "score: output file, float32 little-endian [n_tokens, vocab]"),
+      ints("tokens", "--tokens", {}, 0, INT32_MAX, "generate: prompt token ids, comma-separated"),
+      integer("generate_n", "-n", "", 16, 0, kMaxTokens, "generate: tokens to generate"),
+      flag_bool("greedy", "--greedy", "", true, "generate: argmax decoding (the only mode of this command)"),
+      flag_bool("print_ids", "--print-ids", "", true, "generate: print the generated ids comma-separated"),
+      path("tokenizer", "-t,--tokenizer", "", "tokenize: the tokenizer.json to use"),
+      flag_bool("jsonl", "--jsonl", "", false,
+                "tokenize: one JSON string (with --decode: one JSON array of ids) per line"),
+      flag_bool("decode", "--decode", "", false, "tokenize: ids in, text out"),
+      path("synth_out", "--out", "", "synth: output directory"),
+      flag_bool("synth_demo", "--demo", "", false,
+                "synth: the small deterministic demo model with a tokenizer (~90 MB)"),
+      choice("synth_preset", "--preset", "", "flash", {"flash", "pro"},
+             "synth: the geometry: V4 Flash or V4 Pro (hidden 7168, 128 heads, 384 experts x 3072)"),
+      integer("synth_layers", "--layers", "", 4, 1, 1024, "synth: main layers"),
+      integer("synth_experts", "--experts", "", 0, 0, 4096, "synth: routed experts per layer (0 = the preset's)"),
+      integer("synth_experts_per_token", "--experts-per-token", "", 0, 0, 4096,
+              "synth: routed experts per token, top-k (0 = the preset's)"),
+      integer("synth_hidden", "--hidden", "", 0, 0, 65536, "synth: hidden size (0 = the preset's)"),
+      integer("synth_moe_inter", "--moe-inter", "", 0, 0, 65536, "synth: expert intermediate size (0 = the preset's)"),
+      integer("synth_heads", "--heads", "", 0, 0, 1024, "synth: attention heads (0 = the preset's)"),
+      integer("synth_head_dim", "--head-dim", "", 0, 0, 4096, "synth: attention head dim (0 = the preset's)"),
+      integer("synth_rope_dim", "--rope-dim", "", 0, 0, 4096, "synth: rotary dims per head (0 = the preset's)"),
+      integer("synth_q_lora", "--q-lora", "", 0, 0, 65536, "synth: query low rank (0 = the preset's)"),
+      integer("synth_o_groups", "--o-groups", "", 0, 0, 1024, "synth: output projection groups (0 = the preset's)"),
+      integer("synth_o_lora", "--o-lora", "", 0, 0, 65536, "synth: output projection rank (0 = the preset's)"),
+      integer("synth_index_heads", "--index-heads", "", 0, 0, 1024, "synth: indexer heads (0 = the preset's)"),
+      integer("synth_index_head_dim", "--index-head-dim", "", 0, 0, 4096,
+              "synth: indexer head dim (0 = the preset's)"),
+      integer("synth_index_topk", "--index-topk", "", 0, 0, 1 << 20, "synth: indexer top-k (0 = the preset's)"),
+      integer("synth_vocab", "--vocab", "", 0, 0, 16'000'000, "synth: vocabulary size (0 = the preset's)"),
+      integer("synth_hash_layers", "--hash-layers", "", -1, -1, 1024,
+              "synth: hash-routed layers (-1 = 3 of 43, scaled to --layers)"),
+      integer("synth_mtp", "--mtp", "", 0, 0, 16, "synth: MTP layers (the real checkpoint has 1)"),
+      size("synth_shard_size", "--shard-size", "", uint64_t{4} << 30, "synth: bytes per shard (approximate)"),
+      seed("synth_seed", "--seed", "", 1, "synth: random seed"),
+      flag_bool("synth_quiet", "--quiet", "", false, "synth: no progress on stderr"),
+      integer("bench_prompt_tokens", "--prompt-tokens", "", 64, 1, 1 << 24, "bench: prompt length"),
+      integer("bench_gen_tokens", "--gen-tokens", "", 16, 1, 1 << 24, "bench: tokens to decode"),
+      seed("bench_seed", "--seed", "", 1, "bench: seed of the random prompt"),
+      path("bench_prompt_file", "--prompt-file", "",
+           "bench: prompt token ids from this file (whitespace or commas) instead of the random prompt"),
+      size("bench_ssd_probe_bytes", "--ssd-probe-bytes", "", uint64_t{2} << 30,
+           "bench: bytes of shard read to measure the SSD"),
+      choice("bench_lookahead", "--lookahead", "", "all", {"off", "exact", "all"},
+             "bench: guess experts ahead: off, exact (hash-routed layers only), all (also run routers early)"),
+      flag_bool("bench_json", "--json", "", false, "bench: print one JSON object"),
+      flag_bool("bench_replay", "--replay", "", false,
+                "bench: replay the recorded expert requests with a synthetic compute model at several speeds"),
+      path("bench_trace_out", "--trace-out", "", "bench: save the recorded expert requests to this file"),
+      path("bench_trace_in", "--trace-in", "", "bench: replay a saved trace instead of running the model"),
+      ints("kernels_n", "--n", {1, 16, 128, 512}, 1, 4096, "bench kernels: batch sizes, comma-separated"),
+      choices("kernels_format", "--format", {"fp4", "fp8", "bf16"}, {"fp4", "fp8", "bf16"},
+              "bench kernels: weight formats, comma-separated"),
+      choice("kernels_mode", "--mode", "", "fast", {"fast", "reference", "both"},
+             "bench kernels: numerics: fast, reference or both"),
+      number("kernels_seconds", "--seconds", "", 0.5, 0, 3600, "bench kernels: minimum timed seconds per case (at least 5 repetitions)"),
+      flag_bool("kernels_json", "--json", "", false, "bench kernels: print JSON"),
+      // Environment only.
+      path("demo_dir", "", "DSV4_DEMO_DIR", "where the built-in demo model is created (default ~/.cache/dsv4/demo)"),
+      choice("kernels", "", "DSV4_KERNELS", "auto", {"auto", "scalar", "avx2", "avx512"},
+             "kernel path: auto (the best this CPU runs), scalar, avx2 or avx512"),
+      integer("test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", 0, 0, 60'000,
+              "test hook: serve pauses this long after each token"),
+      path("test_tmp", "", "DSV4_TEST_TMP", "scratch directory for the test suite"),
+      seed("tok_oracle_seed", "", "DSV4_TOK_ORACLE_SEED", 1, "test suite: seed of the tokenizer oracle's strings"),
+      path("v3_tokenizer", "", "DSV4_V3_TOKENIZER",
+           "tokenizer micro-benchmark: the DeepSeek-V3 tokenizer.json (default: the npm oracle's copy)"),
+      integer("fuzz_seconds", "", "DSV4_FUZZ_SECONDS", 30, 1, 1 << 20, "scripts/test.sh: seconds per fuzz target"),
+      flag_bool("skip_asan", "", "DSV4_SKIP_ASAN", false, "scripts/test.sh: skip the sanitizer build"),
+      flag_bool("setup_browser", "", "DSV4_SETUP_BROWSER", true, "scripts/setup.sh: install Chromium for the web tests"),
+  };
+  for (Setting& s : t)
+    if (s.kind == K::kChoice && s.fallback.index() == 0 && s.choices.empty()) fail("internal: {} has no choices", s.key);
+  return t;
+}
+
+// ---- parsers: one per kind, exact (the whole text or an error) ----
+
+// `--seed "-1"` for a flag, `DSV4_SEED=-1` for a variable: what the user wrote.
+std::string quoted(std::string_view text, std::string_view source) {
+  if (source.rfind("DSV4_", 0) == 0) return fmt::format("{}={}", source, text);
+  return fmt::format("{} \"{}\"", source, text);
+}
+
+[[noreturn]] void refuse(const Setting& s, std::string_view text, std::string_view source) {
+  fail("{}: expected {}", quoted(text, source), describe_accepted(s));
+}
+
+std::optional<int64_t> whole_number(std::string_view text) {
+  int64_t v = 0;
+  if (text.empty() || text[0] == '+') return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<uint64_t> whole_unsigned(std::string_view text) {
+  uint64_t v = 0;
+  if (text.empty() || text[0] == '+' || text[0] == '-') return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> finite_number(std::string_view text) {
+  if (text.empty() || text[0] == '+' || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  const std::string s(text);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  // strtod also takes hexadecimal floats and "nan"/"inf"; only plain decimals are settings.
+  if (s.find_first_of("xXnN") != std::string::npos) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> boolean(std::string_view text) {
+  if (text == "true" || text == "on" || text == "yes" || text == "1") return true;
+  if (text == "false" || text == "off" || text == "no" || text == "0") return false;
+  return std::nullopt;
+}
+
+std::vector<std::string_view> split_list(std::string_view text, bool spaces_too) {
+  std::vector<std::string_view> items;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = i;
+    while (j < text.size() && text[j] != ',' && !(spaces_too && std::isspace(static_cast<unsigned char>(text[j])))) ++j;
+    items.push_back(text.substr(i, j - i));
+    i = j + 1;
+  }
+  if (spaces_too) std::erase_if(items, [](std::string_view v) { return v.empty(); });  // runs of spaces
+  return items;
+}
+
+std::string join(const std::vector<std::string>& v, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? std::string(sep) : "") + v[i];
+  return out;
+}
+
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -127,7 +301,206 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   }
   return row[b.size()];
 }
+
+std::string format_double(double v) {
+  std::string s = fmt::format("{}", v);  // shortest round-trip form
+  return s;
+}
+
 }  // namespace
+
+const char* kind_name(SettingKind k) {
+  switch (k) {
+    case K::kBool: return "bool";
+    case K::kInt: return "int";
+    case K::kUint: return "uint";
+    case K::kFloat: return "float";
+    case K::kSize: return "size";
+    case K::kRam: return "ram";
+    case K::kChoice: return "choice";
+    case K::kChoices: return "choices";
+    case K::kInts: return "ints";
+    case K::kText: return "text";
+    case K::kPath: return "path";
+    case K::kRepeated: return "text...";
+  }
+  return "?";
+}
+
+std::string Setting::flag_name() const {
+  std::string best;
+  for (std::string_view part : split_list(flag, false)) {
+    if (!part.empty() && part[0] == '!') continue;  // CLI11 negation (--no-think)
+    if (best.empty() || part.size() > best.size()) best = std::string(part);
+  }
+  return best;
+}
+
+const std::vector<Setting>& all_settings() {
+  static const std::vector<Setting> kSettings = make_table();
+  return kSettings;
+}
+
+const Setting& setting(std::string_view key) {
+  for (const Setting& s : all_settings())
+    if (s.key == key) return s;
+  fail("internal: no setting named {}", key);
+}
+
+std::string describe_accepted(const Setting& s) {
+  switch (s.kind) {
+    case K::kBool: return "true or false (also on/off, yes/no, 1/0)";
+    case K::kInt: return fmt::format("a whole number from {} to {}", s.min_int, s.max_int);
+    case K::kUint: return fmt::format("a whole number from 0 to {}", s.max_uint);
+    case K::kFloat:
+      return fmt::format("a number {} {} {} {}", s.min_exclusive ? "above" : "from", format_double(s.min_float),
+                         s.min_exclusive ? "and at most" : "to", format_double(s.max_float));
+    case K::kSize: return "a size such as 123456, 800K, 512M, 1.5G or 2T";
+    case K::kRam: return "a size of at least 1M such as 512M, 24G, 1.5G, or \"min\" or \"auto\"";
+    case K::kChoice: return "one of " + join(s.choices, ", ");
+    case K::kChoices: return "a comma-separated list of " + join(s.choices, ", ");
+    case K::kInts:
+      return fmt::format("whole numbers from {} to {} separated by commas", s.min_int, s.max_int);
+    case K::kText:
+    case K::kPath:
+    case K::kRepeated: return "text";
+  }
+  return "?";
+}
+
+SettingValue parse_setting(const Setting& s, std::string_view text, std::string_view source) {
+  switch (s.kind) {
+    case K::kBool:
+      if (auto b = boolean(text)) return *b;
+      break;
+    case K::kInt:
+      if (auto v = whole_number(text); v && *v >= s.min_int && *v <= s.max_int) return *v;
+      break;
+    case K::kUint:
+      if (auto v = whole_unsigned(text); v && *v <= s.max_uint) return *v;
+      break;
+    case K::kFloat:
+      if (auto v = finite_number(text);
+          v && (s.min_exclusive ? *v > s.min_float : *v >= s.min_float) && *v <= s.max_float)
+        return *v;
+      break;
+    case K::kSize:
+      if (auto v = parse_byte_size(text)) return *v;
+      break;
+    case K::kRam:
+      try {
+        parse_ram(std::string(text));  // the planner's own parser: what it accepts is accepted
+        return std::string(text);
+      } catch (const Error&) {
+        refuse(s, text, source);
+      }
+    case K::kChoice:
+      if (std::find(s.choices.begin(), s.choices.end(), text) != s.choices.end()) return std::string(text);
+      break;
+    case K::kChoices: {
+      std::vector<std::string> picked;
+      for (std::string_view item : split_list(text, false)) {
+        if (std::find(s.choices.begin(), s.choices.end(), item) == s.choices.end()) refuse(s, text, source);
+        picked.emplace_back(item);
+      }
+      return picked;
+    }
+    case K::kInts: {
+      // Numbers separated by commas and/or spaces ("1,16,128", "1 2 3"); an empty item between
+      // two commas is a typo, not a value.
+      std::vector<int64_t> values;
+      for (std::string_view item : split_list(text, false)) {
+        const std::vector<std::string_view> words = split_list(item, true);
+        if (words.empty()) refuse(s, text, source);
+        for (std::string_view w : words) {
+          auto v = whole_number(w);
+          if (!v || *v < s.min_int || *v > s.max_int) refuse(s, text, source);
+          values.push_back(*v);
+        }
+      }
+      return values;
+    }
+    case K::kText:
+    case K::kPath:
+      return std::string(text);
+    case K::kRepeated:
+      return std::vector<std::string>{std::string(text)};
+  }
+  refuse(s, text, source);
+}
+
+std::string format_setting_value(const Setting& s, const SettingValue& v) {
+  struct Visitor {
+    const Setting& s;
+    std::string operator()(std::monostate) const { return "-"; }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(uint64_t u) const {
+      if (s.kind == K::kSize && u && u % (uint64_t{1} << 30) == 0) return fmt::format("{}G", u >> 30);
+      if (s.kind == K::kSize && u && u % (uint64_t{1} << 20) == 0) return fmt::format("{}M", u >> 20);
+      return std::to_string(u);
+    }
+    std::string operator()(double d) const { return format_double(d); }
+    std::string operator()(const std::string& t) const { return t.empty() ? "\"\"" : t; }
+    std::string operator()(const std::vector<std::string>& l) const { return l.empty() ? "-" : join(l, ","); }
+    std::string operator()(const std::vector<int64_t>& l) const {
+      std::vector<std::string> parts;
+      for (int64_t i : l) parts.push_back(std::to_string(i));
+      return join(parts, ",");
+    }
+  };
+  return std::visit(Visitor{s}, v);
+}
+
+namespace {
+template <typename T>
+const T& held(const SettingValue& v) {
+  if (const T* p = std::get_if<T>(&v)) return *p;
+  fail("internal: a setting value of the wrong kind was stored");
+}
+template <typename Int>
+Int narrow_int(const SettingValue& v) {
+  int64_t i = std::holds_alternative<uint64_t>(v) ? static_cast<int64_t>(held<uint64_t>(v)) : held<int64_t>(v);
+  if (i < std::numeric_limits<Int>::min() || i > std::numeric_limits<Int>::max())
+    fail("internal: setting value {} does not fit its field", i);
+  return static_cast<Int>(i);
+}
+}  // namespace
+
+void store_setting(const SettingValue& v, bool& out) { out = held<bool>(v); }
+void store_setting(const SettingValue& v, int& out) { out = narrow_int<int>(v); }
+void store_setting(const SettingValue& v, int64_t& out) { out = narrow_int<int64_t>(v); }
+void store_setting(const SettingValue& v, uint64_t& out) {
+  out = std::holds_alternative<int64_t>(v) ? static_cast<uint64_t>(narrow_int<int64_t>(v)) : held<uint64_t>(v);
+}
+void store_setting(const SettingValue& v, float& out) { out = static_cast<float>(held<double>(v)); }
+void store_setting(const SettingValue& v, double& out) { out = held<double>(v); }
+void store_setting(const SettingValue& v, std::string& out) {
+  out = std::holds_alternative<std::monostate>(v) ? std::string() : held<std::string>(v);
+}
+void store_setting(const SettingValue& v, std::vector<std::string>& out) {
+  if (std::holds_alternative<std::monostate>(v)) {
+    out.clear();
+    return;
+  }
+  out = held<std::vector<std::string>>(v);
+}
+void store_setting(const SettingValue& v, std::vector<int64_t>& out) {
+  if (std::holds_alternative<std::monostate>(v)) {
+    out.clear();
+    return;
+  }
+  out = held<std::vector<int64_t>>(v);
+}
+void store_setting(const SettingValue& v, std::vector<int32_t>& out) {
+  std::vector<int64_t> wide;
+  store_setting(v, wide);
+  out.clear();
+  for (int64_t i : wide) {
+    if (i < INT32_MIN || i > INT32_MAX) fail("internal: setting value {} does not fit its field", i);
+    out.push_back(static_cast<int32_t>(i));
+  }
+}
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
   std::string best;
@@ -139,7 +512,7 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
       best = c;
     }
   }
-  // Close enough to be a typo: at most a third of the word's length, and at least 1 edit allowed.
+  // Close enough to be a typo: at most a third of the word's length, and at least 2 edits allowed.
   if (best_d > std::max<size_t>(2, word.size() / 3)) return "";
   return best;
 }
@@ -161,19 +534,17 @@ std::vector<std::string> unknown_environment(char** environ) {
   return problems;
 }
 
-std::string env_value(std::string_view key) {
-  const Setting& s = setting(key);
-  if (s.env.empty()) return "";
-  const char* v = std::getenv(s.env.c_str());
-  return v ? v : "";
-}
-
 std::string describe_settings() {
-  std::string out;
+  std::string out = fmt::format("{:<42} {:<8} {:<20} {}\n", "flag / variable", "kind", "default", "help (accepts)");
   for (const Setting& s : all_settings()) {
     std::string names = s.flag;
     if (!s.env.empty()) names += (names.empty() ? "" : " / ") + s.env;
-    out += fmt::format("{:<42} {:<7} {:<20} {}\n", names, s.type, s.fallback.empty() ? "-" : s.fallback, s.help);
+    const std::string accepts =
+        (s.kind == K::kText || s.kind == K::kPath || s.kind == K::kRepeated || s.kind == K::kBool)
+            ? ""
+            : " (" + describe_accepted(s) + ")";
+    out += fmt::format("{:<42} {:<8} {:<20} {}{}\n", names, kind_name(s.kind), format_setting_value(s, s.fallback),
+                       s.help, accepts);
   }
   return out;
 }

@@ -15,15 +15,16 @@
 #include "dsv4/server/openai_api.h"
 #include "dsv4/server/scheduler.h"
 #include "dsv4/text/tokenizer.h"
+#include "dsv4/runtime/settings.h"
 
 namespace dsv4::server {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (bind() returns it)
+  std::string host = setting_default<std::string>("host");
+  int port = setting_default<int>("port");  // 0: any free port (bind() returns it)
   std::string api_key;
   std::string model_name = "dsv4";
-  size_t max_body_bytes = size_t{16} << 20;
+  size_t max_body_bytes = setting_default<size_t>("max_body_mb") << 20;
   bool log_requests = false;  // one line per request on stderr
   RequestDefaults defaults;
   RequestLimits limits;

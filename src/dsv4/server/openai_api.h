@@ -32,6 +32,7 @@
 #include "dsv4/runtime/generator.h"
 #include "dsv4/server/api_error.h"
 #include "dsv4/text/chat_format.h"
+#include "dsv4/runtime/settings.h"
 
 namespace dsv4::server {
 
@@ -56,7 +57,7 @@ Json parse_json_body(std::string_view body, const RequestLimits& limits = {});
 struct RequestDefaults {
   SamplingParams sampling;        // its seed is not used
   std::optional<uint64_t> seed;   // fixed seed for requests without one; none: random per request
-  int64_t max_tokens = 512;
+  int64_t max_tokens = setting_default<int64_t>("max_tokens");
   std::vector<std::string> stop;  // for requests without "stop"
   int32_t vocab_size = 0;         // token prompts must be below this
 };

@@ -25,15 +25,17 @@
 #include "dsv4/server/metrics.h"
 #include "dsv4/server/prefix_cache.h"
 #include "dsv4/text/tokenizer.h"
+#include "dsv4/runtime/settings.h"
 
 namespace dsv4::server {
 
 using Clock = std::chrono::steady_clock;
 
 struct SchedulerOptions {
-  size_t max_queue = 8;                  // requests allowed to wait while one runs
-  size_t cache_entries = 8;              // prefix cache snapshots
-  uint64_t cache_bytes = uint64_t{1} << 30;
+  // Defaults from the settings table (--max-queue, --cache-entries, --cache-mb).
+  size_t max_queue = setting_default<size_t>("max_queue");  // requests allowed to wait while one runs
+  size_t cache_entries = setting_default<size_t>("cache_entries");  // prefix cache snapshots
+  uint64_t cache_bytes = setting_default<uint64_t>("cache_mb") << 20;
   int64_t context_limit = 0;             // 0: the model's max_position_embeddings
   int64_t chunk = 0;                     // prefill chunk (0: the generator's default)
   // Test hook (DSV4_TEST_TOKEN_DELAY_MS): pause after each generated token, so browser tests

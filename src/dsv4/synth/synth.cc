@@ -271,11 +271,17 @@ void make_dirs(const std::string& dir) {
 
 std::vector<int> schedule(const SynthOptions& o) {
   // The real Flash schedule is [0, 0] + [4, 128] x 20 + [4] for 43 layers: a few sliding-only
-  // layers first, then CSA and HCA alternating. Keep those proportions for N layers.
+  // layers first, then CSA and HCA alternating; Pro's is [128, 128] + [4, 128] x 29 + [4] for
+  // 61 (HCA first). Keep those proportions for N layers.
   const int n = o.layers;
-  const int n_swa = n == 1 ? 1 : std::clamp(static_cast<int>(std::lround(2.0 * n / 43)), 1, n - 1);
   std::vector<int> ratios;
-  for (int i = 0; i < n; ++i) ratios.push_back(i < n_swa ? 0 : ((i - n_swa) % 2 == 0 ? 4 : 128));
+  if (o.preset == SynthPreset::kPro) {
+    const int n_hca = static_cast<int>(std::lround(2.0 * n / 61));
+    for (int i = 0; i < n; ++i) ratios.push_back(i < n_hca ? 128 : ((i - n_hca) % 2 == 0 ? 4 : 128));
+  } else {
+    const int n_swa = n == 1 ? 1 : std::clamp(static_cast<int>(std::lround(2.0 * n / 43)), 1, n - 1);
+    for (int i = 0; i < n; ++i) ratios.push_back(i < n_swa ? 0 : ((i - n_swa) % 2 == 0 ? 4 : 128));
+  }
   for (int i = 0; i < o.mtp_layers; ++i) ratios.push_back(0);
   return ratios;
 }
@@ -283,7 +289,8 @@ std::vector<int> schedule(const SynthOptions& o) {
 int hash_layer_count(const SynthOptions& o) {
   if (o.hash_layers >= 0) return o.hash_layers;
   if (o.layers < 2) return 0;
-  return std::clamp(static_cast<int>(std::lround(3.0 * o.layers / 43)), 1, o.layers - 1);
+  const double of = o.preset == SynthPreset::kPro ? 61 : 43;  // 3 hash layers in both models
+  return std::clamp(static_cast<int>(std::lround(3.0 * o.layers / of)), 1, o.layers - 1);
 }
 
 void check_options(const SynthOptions& o) {
@@ -307,6 +314,23 @@ void check_options(const SynthOptions& o) {
 }
 
 }  // namespace
+
+SynthOptions synth_preset(SynthPreset preset) {
+  SynthOptions o;  // the defaults are V4 Flash's
+  if (preset == SynthPreset::kPro) {
+    o.preset = SynthPreset::kPro;
+    o.hidden = 7168;
+    o.heads = 128;
+    o.q_lora = 1536;
+    o.o_groups = 16;
+    o.o_lora = 1024;
+    o.experts = 384;
+    o.moe_inter = 3072;
+    o.index_topk = 1024;
+    o.routed_scaling = 2.5;
+  }
+  return o;
+}
 
 SynthOptions demo_synth_options(const std::string& out) {
   SynthOptions o;
@@ -383,7 +407,7 @@ std::string synth_config_json(const SynthOptions& o) {
   j["rope_scaling"] = {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", 16},
                        {"original_max_position_embeddings", 65536}, {"type", "yarn"}};
   j["rope_theta"] = 10000;
-  j["routed_scaling_factor"] = 1.5;
+  j["routed_scaling_factor"] = o.routed_scaling;
   j["scoring_func"] = "sqrtsoftplus";
   j["sliding_window"] = o.sliding_window;
   j["swiglu_limit"] = 10.0;

@@ -16,8 +16,13 @@
 
 namespace dsv4 {
 
+// Whose geometry and layer schedule: V4 Flash (the default) or V4 Pro (hidden 7168, 128 heads,
+// 384 experts x 3072, index_topk 1024, routed_scaling_factor 2.5, HCA-led schedule).
+enum class SynthPreset : uint8_t { kFlash, kPro };
+
 struct SynthOptions {
   std::string out;  // directory (created if missing; files in it are overwritten)
+  SynthPreset preset = SynthPreset::kFlash;  // the layer schedule's proportions
   int layers = 4;
   int experts = 256;
   int experts_per_token = 6;
@@ -34,6 +39,7 @@ struct SynthOptions {
   int index_heads = 64;
   int index_head_dim = 128;
   int index_topk = 512;
+  double routed_scaling = 1.5;
   int hash_layers = -1;  // -1: the real 3 of 43, scaled to `layers` (at least 1 when layers >= 2)
   std::vector<int> compress_ratios;  // empty: the real schedule's proportions (see synth.cc)
   int mtp_layers = 0;    // the real checkpoint has 1; its experts are never used by the forward pass
@@ -43,6 +49,9 @@ struct SynthOptions {
   int bpe_merges = 0;      // with tokenizer: merges to learn (vocab = 256 + merges + 16 specials)
   bool drop_page_cache = true;  // fdatasync + FADV_DONTNEED each shard after writing it
 };
+
+// The preset's geometry (every field but `out`, `layers` and the seed).
+SynthOptions synth_preset(SynthPreset preset);
 
 // The demo model: hidden 512, 6 layers (SWA, SWA, CSA, HCA, CSA, HCA; 3 hash layers as in
 // the real model), 32 experts, vocab 1024 with a byte-level BPE tokenizer. About 90 MB.

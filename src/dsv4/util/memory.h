@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace dsv4 {
 
@@ -13,6 +15,11 @@ uint64_t current_rss_bytes();
 // MemAvailable from /proc/meminfo, capped by the cgroup v2 memory.max if one is set
 // (bytes; 0 if unavailable).
 uint64_t available_memory_bytes();
+
+// "123456" (bytes), "800K", "512M", "1.5G", "2T" (powers of 1024; an optional "i" and/or "B"
+// after the unit, either case). Nothing else: no sign, no spaces, no exponent; nullopt when the
+// text is not exactly such a size or it exceeds 2^60 bytes.
+std::optional<uint64_t> parse_byte_size(std::string_view text);
 
 // "1.50 GiB", "12.8 MiB", "512 B".
 std::string format_bytes(uint64_t bytes);
