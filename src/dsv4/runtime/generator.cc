@@ -39,16 +39,6 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-double GenerationStats::prefill_tok_s() const {
-  return prefill_s > 0 ? (prompt_tokens - reused_tokens) / prefill_s : 0;
-}
-double GenerationStats::decode_tok_s() const {
-  return decode_s > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_s : 0;
-}
-double GenerationStats::hit_rate() const {
-  return expert_requests ? double(expert_hits) / double(expert_requests) : 0;
-}
-
 GenerationResult generate(Engine& engine, SessionState& session, const GenerationRequest& req,
                           const GenerationCallbacks& cb) {
   const ModelConfig& c = engine.config();

@@ -40,9 +40,10 @@ struct GenerationStats {
   uint64_t peak_rss_bytes = 0;
   uint64_t seed = 0;
 
-  double prefill_tok_s() const;
-  double decode_tok_s() const;
-  double hit_rate() const;
+  // (Inline: the request parsers' fuzz build formats stats without linking the engine.)
+  double prefill_tok_s() const { return prefill_s > 0 ? (prompt_tokens - reused_tokens) / prefill_s : 0; }
+  double decode_tok_s() const { return decode_s > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_s : 0; }
+  double hit_rate() const { return expert_requests ? double(expert_hits) / double(expert_requests) : 0; }
 };
 
 struct GenerationResult {

@@ -1,69 +1,75 @@
 #include "dsv4/server/http_server.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <ctime>
+#include <deque>
+#include <list>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <fmt/format.h>
-#include <httplib.h>
 
-#include "dsv4/server/chat_output.h"
-#include "dsv4/server/peer_socket.h"
+#include "dsv4/server/beast_request.h"
+#include "dsv4/server/openai_routes.h"
 #include "dsv4/server/web_assets.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4::server {
 namespace {
 
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using net::awaitable;
+using net::use_awaitable;
 using namespace std::chrono_literals;
 
-// Each streaming response holds an HTTP worker thread for its whole duration, and so does an
-// idle keep-alive connection until it times out; size the pool for every request the queue
-// admits plus this many for quick requests (health, metrics, 429s, the page).
-constexpr size_t kSpareHttpThreads = 32;
-// How often a handler that waits for the engine checks whether its client is still there.
-constexpr auto kClientCheckInterval = 100ms;
 // An SSE comment this often while nothing else is sent, so proxies keep the stream open
 // during a long prefill.
 constexpr auto kKeepAliveComment = 10s;
+// Socket reads go through a buffer of this size (the head must fit in it).
+constexpr size_t kReadBufferBytes = 64 << 10;
+constexpr size_t kMaxHeadBytes = 16 << 10;
+// After an error that left a body unread, the rest is read and dropped for this long before
+// closing, so the client sees the response instead of a reset.
+constexpr auto kLingerTime = 2s;
+// Bodies at least this large are followed by malloc_trim once no body is in flight, so the
+// process gives their memory back (glibc keeps freed large blocks otherwise).
+constexpr size_t kTrimAfterBytes = 1 << 20;
 
-struct Route {
-  const char* path;
-  const char* methods;  // for 405's Allow header
-};
-constexpr Route kApiRoutes[] = {
-    {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/v1/models", "GET"},
-    {"/health", "GET"},               {"/metrics", "GET"},
-};
+// 499: the client went away before the answer was complete (nginx's convention); it is what
+// the logs and metrics count, nobody receives it.
+constexpr int kClientClosed = 499;
+
+constexpr const char* kGetPaths[] = {"/v1/models", "/health", "/metrics"};
 
 bool is_web_path(const std::string& path) {
   if (path == "/") return true;
   for (const WebAsset& a : web_assets())
     if (a.path == path) return true;
   return false;
-}
-
-// A bounded set of labels for metrics (never the raw client path).
-std::string route_name(const std::string& path) {
-  for (const Route& r : kApiRoutes)
-    if (path == r.path) return r.path;
-  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
-  if (is_web_path(path)) return "web";
-  return "other";
-}
-
-const char* allowed_methods(const std::string& path) {
-  for (const Route& r : kApiRoutes)
-    if (path == r.path) return r.methods;
-  if (path.rfind("/v1/models/", 0) == 0 || is_web_path(path)) return "GET";
-  return nullptr;
 }
 
 bool needs_api_key(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/metrics"; }
@@ -73,6 +79,13 @@ bool is_json_content_type(const std::string& value) {
   while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return v == "application/json";
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
 }
 
 // Compares without an early exit, so response timing does not reveal how much of a key matched.
@@ -89,12 +102,44 @@ std::string host_without_port(const std::string& h) {
   return colon != std::string::npos && h.find(':', colon + 1) == std::string::npos ? h.substr(0, colon) : h;
 }
 
-void set_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(e.body(), "application/json");
+// A client path as it may appear in a log line: bounded, no control bytes.
+std::string printable(std::string_view s) {
+  std::string out(s.substr(0, 200));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s.size() > 200 ? out + "..." : out;
 }
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// One response that is not a stream.
+struct Reply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+Reply error_reply(const ApiError& e, std::string body = "") {
+  return Reply{e.status, "application/json", body.empty() ? e.body() : std::move(body), {}};
+}
+
+// Runs f() on `pool` and resumes the awaiting coroutine on its own executor with the result.
+template <typename F>
+awaitable<std::invoke_result_t<F&>> on_pool(net::thread_pool& pool, F f) {
+  using R = std::invoke_result_t<F&>;
+  return net::async_initiate<const net::use_awaitable_t<>&, void(R)>(
+      [&pool](auto handler, F fn) {
+        net::post(pool, [handler = std::move(handler), fn = std::move(fn)]() mutable {
+          R result = fn();
+          auto ex = net::get_associated_executor(handler);
+          net::post(ex, [handler = std::move(handler), result = std::move(result)]() mutable {
+            std::move(handler)(std::move(result));
+          });
+        });
+      },
+      use_awaitable, std::move(f));
+}
 
 }  // namespace
 
@@ -122,30 +167,102 @@ struct Server::Impl {
         tokenizer(t),
         options(std::move(o)),
         scheduler(e, t, metrics, options.scheduler),
+        routes(openai_routes(options.defaults, options.limits)),
         loopback(is_loopback_host(options.host)),
-        started_at(unix_now()) {
+        started_at(unix_now()),
+        body_budget(options.body_budget_bytes ? std::max(options.body_budget_bytes, options.max_body_bytes)
+                                              : 4 * options.max_body_bytes),
+        parse_pool(std::max<size_t>(1, options.parse_threads)) {
     std::random_device rd;
     rng.seed((uint64_t{rd()} << 32) ^ rd());
     next_id = rng();
-    install();
   }
 
-  // One streamed response: what the content provider needs between its calls.
-  struct Stream {
-    std::shared_ptr<Job> job;
+  // What a generation request has become once its body is parsed (on the parse pool).
+  struct Prepared {
+    std::optional<ApiError> error;
     ApiRequest request;
-    ResponseHeader header;
-    ChatOutputParser parser;
-    bool tool_calls_sent = false;
+    JobInput input;
   };
 
-  void install();
-  void handle_api(const httplib::Request& req, httplib::Response& res, ApiKind kind);
+  // A handler waiting for its job: woken (timer cancelled) by the job's news or by the peer
+  // watch noticing that the client closed the connection.
+  struct Waiter {
+    explicit Waiter(net::io_context& io) : wake(io) {}
+    net::steady_timer wake;
+    bool client_gone = false;
+  };
+
+  // An open connection, as the shutdown and the connection cap see it (io thread only).
+  struct Connection {
+    beast::tcp_stream* stream = nullptr;
+    bool reading = true;  // waiting for a request or reading one: the shutdown closes it
+  };
+
+  // Bytes of bodies being read or parsed at once. A request whose body does not fit waits in
+  // FIFO order (io thread only).
+  struct BodyWaiter {
+    explicit BodyWaiter(net::io_context& io, size_t n) : timer(io), bytes(n) {}
+    net::steady_timer timer;
+    size_t bytes;
+    bool granted = false;
+  };
+  class BodyLease {
+   public:
+    BodyLease() = default;
+    BodyLease(Impl* impl, size_t bytes) : impl_(impl), bytes_(bytes) {}
+    BodyLease(BodyLease&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)), bytes_(o.bytes_) {}
+    BodyLease& operator=(BodyLease&& o) noexcept {
+      release();
+      impl_ = std::exchange(o.impl_, nullptr);
+      bytes_ = o.bytes_;
+      return *this;
+    }
+    ~BodyLease() { release(); }
+    explicit operator bool() const { return impl_ != nullptr; }
+    void release() {
+      if (impl_) std::exchange(impl_, nullptr)->release_body_bytes(bytes_);
+    }
+
+   private:
+    Impl* impl_ = nullptr;
+    size_t bytes_ = 0;
+  };
+
+  // Per request: what the log line and the metrics say at the end.
+  struct Exchange {
+    std::string method, path;
+    int status = 0;
+  };
+
+  int bind();
+  awaitable<void> accept_loop();
+  void refuse(tcp::socket& socket);
+  awaitable<void> serve(tcp::socket socket);
+  awaitable<bool> serve_one(beast::tcp_stream& stream, beast::flat_buffer& buffer, Connection& conn);
+  awaitable<bool> serve_generation(beast::tcp_stream& stream, beast::flat_buffer& buffer, Connection& conn,
+                                   beast_request::Parser& parser, const HttpHead& head, const BodyFraming& framing,
+                                   const GenerationRoute& route, Exchange& ex);
+  awaitable<bool> send_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
+                              const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                              ResponseFormat& format, const GenerationRoute& route, Exchange& ex);
+  awaitable<bool> stream_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
+                                const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                                ResponseFormat& format, Exchange& ex);
+  awaitable<bool> write_reply(beast::tcp_stream& stream, int version, Reply reply, bool keep_alive, Exchange& ex);
+  awaitable<void> linger_close(beast::tcp_stream& stream);
+  awaitable<BodyLease> acquire_body_bytes(size_t bytes);
+  void release_body_bytes(size_t bytes);
+  void watch_peer(beast::tcp_stream& stream, const std::shared_ptr<Waiter>& waiter);
+  std::optional<Reply> get_reply(const std::string& path);
+  const GenerationRoute* generation_route(const std::string& path) const;
+  const char* allowed_methods(const std::string& path) const;
+  std::string route_name(const std::string& path) const;
+  std::optional<ApiError> check_access(const HttpHead& head) const;
+  Prepared prepare(const GenerationRoute& route, std::string body, Clock::time_point arrival);
   JobInput make_job(const ApiRequest& r, Clock::time_point arrival);
-  void respond_when_done(const httplib::Request& req, httplib::Response& res, const std::shared_ptr<Job>& job,
-                         const ApiRequest& r, const ResponseHeader& h);
-  bool pump_stream(Stream& st, httplib::DataSink& sink);
-  std::string tool_call_prefix(const ResponseHeader& h) const { return "call_" + h.id.substr(h.id.find('-') + 1) + "_"; }
+  void record(const Exchange& ex);
+  void shutdown_connections();
   uint64_t random_u64() {
     std::lock_guard lock(rng_mu);
     return rng();
@@ -155,109 +272,59 @@ struct Server::Impl {
   const text::Tokenizer& tokenizer;
   ServerOptions options;
   Metrics metrics;
+  // Before the event loop: handlers destroyed with the loop give their reservations back.
   Scheduler scheduler;
-  httplib::Server http;
+  std::vector<GenerationRoute> routes;
   const bool loopback;
   const int64_t started_at;
   std::mutex rng_mu;
   std::mt19937_64 rng;
   std::atomic<uint64_t> next_id{0};
 
+  net::io_context io{1};
+  tcp::acceptor acceptor{io};
+  // io thread only:
+  std::list<Connection*> connections;
+  const size_t body_budget;
+  size_t body_bytes_in_use = 0;
+  size_t big_bodies_since_trim = 0;
+  std::deque<std::shared_ptr<BodyWaiter>> body_waiters;
+  bool shutting_down = false;
+
+  std::atomic<size_t> open_connections{0};
   std::atomic<bool> stopping{false}, run_entered{false}, run_returned{false};
   std::mutex stop_mu;
   std::thread thread;
+  net::thread_pool parse_pool;
 };
 
-void Server::Impl::install() {
-  // cpp-httplib sets SO_REUSEPORT by default, which lets a second server bind the same port
-  // silently (the kernel then splits connections between them). Plain SO_REUSEADDR only.
-  http.set_socket_options([](socket_t s) {
-    int one = 1;
-    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  });
-  const size_t threads = options.scheduler.max_queue + 1 + kSpareHttpThreads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_keep_alive_max_count(100);
-  // An idle keep-alive connection holds a worker, and delays shutdown, until this runs out.
-  http.set_keep_alive_timeout(2);
-  http.set_read_timeout(10);
-  http.set_write_timeout(10);
+// ---- routes ---------------------------------------------------------------------------------
 
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (loopback && req.has_header("Host") && !is_loopback_host(host_without_port(req.get_header_value("Host")))) {
-      set_error(res, ApiError{403, "invalid_request_error",
-                              "This server listens on a loopback address and only answers requests for localhost.", "",
-                              "forbidden_host"});
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!options.api_key.empty() && needs_api_key(req.path) &&
-        !constant_time_equal(req.get_header_value("Authorization"), "Bearer " + options.api_key)) {
-      set_error(res, ApiError{401, "invalid_request_error",
-                              req.has_header("Authorization") ? "Incorrect API key provided."
-                                                              : "Missing API key: send 'Authorization: Bearer <key>'.",
-                              "", "invalid_api_key"});
-      res.set_header("WWW-Authenticate", "Bearer");
-      res.set_header("Connection", "close");  // the body (if any) was not read
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+const GenerationRoute* Server::Impl::generation_route(const std::string& path) const {
+  for (const GenerationRoute& r : routes)
+    if (r.path == path) return &r;
+  return nullptr;
+}
 
-  // Errors httplib produces itself (no route, body too large, unparsable HTTP) get the
-  // OpenAI error shape too; responses our handlers wrote already have a body.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    // 499: a handler whose client left; nobody will read the body.
-    if (!res.body.empty() || res.is_chunked_content_provider_ || res.status == 499)
-      return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e{res.status, "invalid_request_error", "", "", ""};
-    if (res.status == 404) {
-      if (const char* allow = allowed_methods(req.path)) {
-        e.status = 405;
-        e.message = fmt::format("Method {} is not allowed for {} (allowed: {}).", req.method, req.path, allow);
-        e.code = "method_not_allowed";
-        res.set_header("Allow", allow);
-      } else {
-        e.message = fmt::format("Unknown request URL: {} {}.", req.method, req.path);
-        e.code = "unknown_url";
-      }
-    } else if (res.status == 413) {
-      e.message = "The request body is too large.";
-      e.code = "request_too_large";
-      res.set_header("Connection", "close");  // the rest of the body was never read
-    } else if (res.status == 414) {
-      e.message = "The request URL is too long.";
-    } else if (res.status >= 500) {
-      e.type = "server_error";
-      e.message = "Internal server error.";
-    } else {
-      e.message = "The HTTP request is malformed.";
-      res.set_header("Connection", "close");
-    }
-    set_error(res, e);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    set_error(res, server_error(what));
-  });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics.count_request(route_name(req.path), res.status);
-    if (options.log_requests) fmt::print(stderr, "dsv4 serve: {} {} {}\n", req.method, req.path, res.status);
-  });
+const char* Server::Impl::allowed_methods(const std::string& path) const {
+  if (generation_route(path)) return "POST";
+  for (const char* p : kGetPaths)
+    if (path == p) return "GET";
+  if (path.rfind("/v1/models/", 0) == 0 || is_web_path(path)) return "GET";
+  return nullptr;
+}
 
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { handle_api(req, res, ApiKind::kChat); });
-  http.Post("/v1/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { handle_api(req, res, ApiKind::kCompletion); });
+// A bounded set of labels for metrics (never the raw client path).
+std::string Server::Impl::route_name(const std::string& path) const {
+  if (const GenerationRoute* r = generation_route(path)) return r->path;
+  for (const char* p : kGetPaths)
+    if (path == p) return p;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (is_web_path(path)) return "web";
+  return "other";
+}
 
+std::optional<Reply> Server::Impl::get_reply(const std::string& path) {
   auto model_json = [this] {
     return Json{{"id", options.model_name},
                 {"object", "model"},
@@ -265,37 +332,57 @@ void Server::Impl::install() {
                 {"owned_by", "dsv4"},
                 {"context_length", scheduler.context_limit()}};
   };
-  http.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Json{{"object", "list"}, {"data", Json::array({model_json()})}}.dump(), "application/json");
-  });
-  http.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != options.model_name)
-      return set_error(res, not_found_error(fmt::format("The model '{}' does not exist.", req.matches[1].str()),
-                                            "model_not_found"));
-    res.set_content(model_json().dump(), "application/json");
-  });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  if (path == "/health") {
     const SchedulerGauges g = scheduler.gauges();
-    res.set_content(Json{{"status", "ok"}, {"model", options.model_name}, {"queue_depth", g.queue_depth}, {"running", g.running}}
-                        .dump(),
-                    "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(scheduler.gauges()), "text/plain; version=0.0.4; charset=utf-8");
-  });
-
-  for (const WebAsset& asset : web_assets()) {
-    auto serve = [&asset](const httplib::Request&, httplib::Response& res) {
-      res.set_content(asset.body.data(), asset.body.size(), std::string(asset.content_type));
-      res.set_header("Cache-Control", "no-cache");
-      res.set_header("X-Content-Type-Options", "nosniff");
-      res.set_header("Content-Security-Policy",
-                     "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:");
-    };
-    http.Get(std::string(asset.path), serve);
-    if (asset.path == "/index.html") http.Get("/", serve);
+    return Reply{200, "application/json",
+                 Json{{"status", "ok"}, {"model", options.model_name}, {"queue_depth", g.queue_depth}, {"running", g.running}}
+                     .dump(),
+                 {}};
   }
+  if (path == "/metrics")
+    return Reply{200, "text/plain; version=0.0.4; charset=utf-8", metrics.render(scheduler.gauges()), {}};
+  if (path == "/v1/models")
+    return Reply{200, "application/json", Json{{"object", "list"}, {"data", Json::array({model_json()})}}.dump(), {}};
+  if (path.rfind("/v1/models/", 0) == 0) {
+    const std::string id = path.substr(11);
+    if (id != options.model_name)
+      return error_reply(not_found_error(fmt::format("The model '{}' does not exist.", printable(id)), "model_not_found"));
+    return Reply{200, "application/json", model_json().dump(), {}};
+  }
+  for (const WebAsset& asset : web_assets()) {
+    if (asset.path == path || (path == "/" && asset.path == "/index.html"))
+      return Reply{200,
+                   std::string(asset.content_type),
+                   std::string(asset.body),
+                   {{"Cache-Control", "no-cache"},
+                    {"X-Content-Type-Options", "nosniff"},
+                    {"Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; connect-src "
+                                                "'self'; img-src 'self' data:"}}};
+  }
+  return std::nullopt;
 }
+
+// The Host guard and the API key, both decided on the head alone.
+std::optional<ApiError> Server::Impl::check_access(const HttpHead& head) const {
+  if (loopback && head.find("Host") && !is_loopback_host(host_without_port(head.value("Host"))))
+    return ApiError{403, "invalid_request_error",
+                    "This server listens on a loopback address and only answers requests for localhost.", "",
+                    "forbidden_host"};
+  if (!options.api_key.empty() && needs_api_key(head.path())) {
+    const std::string* bearer = head.find("Authorization");
+    const std::string* x_key = head.find("x-api-key");
+    const bool ok = (bearer && constant_time_equal(*bearer, "Bearer " + options.api_key)) ||
+                    (x_key && constant_time_equal(*x_key, options.api_key));
+    if (!ok)
+      return ApiError{401, "invalid_request_error",
+                      bearer || x_key ? "Incorrect API key provided."
+                                      : "Missing API key: send 'Authorization: Bearer <key>'.",
+                      "", "invalid_api_key"};
+  }
+  return std::nullopt;
+}
+
+// ---- preparing a job (parse pool) -----------------------------------------------------------
 
 JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) {
   JobInput in;
@@ -331,200 +418,547 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) 
   return in;
 }
 
-void Server::Impl::handle_api(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
-  const auto arrival = Clock::now();
+Server::Impl::Prepared Server::Impl::prepare(const GenerationRoute& route, std::string body, Clock::time_point arrival) {
+  Prepared p;
   try {
-    const std::string content_type = req.get_header_value("Content-Type");
-    if (!is_json_content_type(content_type))
-      throw ApiException(ApiError{415, "invalid_request_error",
-                                  fmt::format("Content-Type must be application/json, got '{}'.", content_type), "",
-                                  "unsupported_media_type"});
-    const Json body = parse_json_body(req.body, options.limits);
-    ApiRequest r = kind == ApiKind::kChat ? parse_chat_request(body, options.defaults, options.limits)
-                                          : parse_completion_request(body, options.defaults, options.limits);
-    if (r.model != options.model_name)
+    {
+      const Json json = parse_json_body(body, options.limits, &route.fields);
+      std::string().swap(body);  // the raw bytes are not needed any more
+      p.request = route.parse(json);
+    }
+    if (p.request.model != options.model_name)
       throw ApiException(ApiError{404, "invalid_request_error",
-                                  fmt::format("The model '{}' does not exist; this server serves '{}'.", r.model,
-                                              options.model_name),
+                                  fmt::format("The model '{}' does not exist; this server serves '{}'.",
+                                              printable(p.request.model), options.model_name),
                                   "model", "model_not_found"});
-    JobInput in = make_job(r, arrival);
-    Scheduler::Submitted submitted = scheduler.submit(std::move(in));
-    if (!submitted.job) {
-      if (submitted.shutting_down)
-        throw ApiException(ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"});
-      metrics.count_rejected();
-      res.set_header("Retry-After", std::to_string(scheduler.retry_after_s()));
-      res.set_header("Connection", "close");  // free the HTTP worker for the next client
-      throw ApiException(ApiError{429, "rate_limit_error",
-                                  fmt::format("The server is busy: {} requests are already waiting. Retry later.",
-                                              options.scheduler.max_queue),
-                                  "", "queue_full"});
-    }
-    ResponseHeader h{fmt::format("{}-{:016x}", kind == ApiKind::kChat ? "chatcmpl" : "cmpl", next_id.fetch_add(1)),
-                     unix_now(), options.model_name};
-    if (!r.stream) return respond_when_done(req, res, submitted.job, r, h);
-
-    auto st = std::make_shared<Stream>(
-        Stream{submitted.job, r, h, ChatOutputParser(r.thinking, r.tools, tool_call_prefix(h)), false});
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return pump_stream(*st, sink); },
-        [this, st](bool success) {
-          if (!success) scheduler.cancel(st->job);  // the client went away mid-stream
-        });
+    p.input = make_job(p.request, arrival);
   } catch (const ApiException& e) {
-    set_error(res, e.error());
+    p.error = e.error();
   } catch (const std::exception& e) {
-    set_error(res, server_error(e.what()));
+    p.error = server_error(e.what());
+  }
+  return p;
+}
+
+// ---- body budget ------------------------------------------------------------------------------
+
+awaitable<Server::Impl::BodyLease> Server::Impl::acquire_body_bytes(size_t bytes) {
+  if (shutting_down) co_return BodyLease();
+  if (body_waiters.empty() && body_bytes_in_use + bytes <= body_budget) {
+    body_bytes_in_use += bytes;
+    co_return BodyLease(this, bytes);
+  }
+  auto w = std::make_shared<BodyWaiter>(io, bytes);
+  body_waiters.push_back(w);
+  w->timer.expires_after(options.body_timeout);
+  beast::error_code ec;
+  co_await w->timer.async_wait(net::redirect_error(use_awaitable, ec));
+  if (w->granted) co_return BodyLease(this, bytes);
+  std::erase(body_waiters, w);
+  co_return BodyLease();
+}
+
+void Server::Impl::release_body_bytes(size_t bytes) {
+  body_bytes_in_use -= bytes;
+  if (bytes >= kTrimAfterBytes) ++big_bodies_since_trim;
+  while (!body_waiters.empty() && body_bytes_in_use + body_waiters.front()->bytes <= body_budget) {
+    std::shared_ptr<BodyWaiter> w = std::move(body_waiters.front());
+    body_waiters.pop_front();
+    body_bytes_in_use += w->bytes;
+    w->granted = true;
+    w->timer.cancel();
+  }
+  if (body_bytes_in_use == 0 && big_bodies_since_trim > 0) {
+    big_bodies_since_trim = 0;
+    net::post(parse_pool, [] { malloc_trim(0); });
   }
 }
 
-void Server::Impl::respond_when_done(const httplib::Request& req, httplib::Response& res,
-                                     const std::shared_ptr<Job>& job, const ApiRequest& r, const ResponseHeader& h) {
-  const auto peer = PeerSocket::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  std::string unused;  // the text arrives in the outcome
-  while (!job->wait(kClientCheckInterval, unused)) {
-    unused.clear();
-    if (peer && peer->peer_closed()) {
-      scheduler.cancel(job);
-      res.status = 499;  // client closed the request (nginx's convention); nobody reads it
-      res.set_content("", "text/plain");
-      return;
-    }
+// ---- connections ------------------------------------------------------------------------------
+
+int Server::Impl::bind() {
+  std::string host = options.host;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  beast::error_code ec;
+  tcp::resolver resolver(io);
+  auto results = resolver.resolve(host, std::to_string(options.port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) fail("cannot listen on {}: the address is not usable here ({})", options.host, ec.message());
+  const tcp::endpoint endpoint = results.begin()->endpoint();
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);  // not SO_REUSEPORT: a second server fails
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    acceptor.close();
+    if (options.port == 0) fail("cannot listen on {}: the address is not usable here ({})", options.host, ec.message());
+    fail("cannot listen on {}:{}: the port is in use or the address is not usable here ({})", options.host, options.port,
+         ec.message());
   }
-  const JobOutcome& o = job->outcome();
-  if (o.status == JobOutcome::Status::kFailed) return set_error(res, server_error(o.error));
-  if (o.status != JobOutcome::Status::kDone)
-    return set_error(res, ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"});
-  const GenerationResult& g = o.result;
-  if (r.kind == ApiKind::kChat) {
-    ChatOutputParser parser(r.thinking, r.tools, tool_call_prefix(h));
-    ChatDelta body = parser.feed(g.text);
-    ChatDelta end = parser.finish();
-    ChatAnswer answer{body.reasoning + end.reasoning, body.content + end.content, std::move(end.tool_calls)};
-    const std::string finish = finish_reason_text(g.finish, !answer.tool_calls.empty());
-    res.set_content(chat_completion_json(h, answer, r.thinking, finish, usage_json(g.stats), stats_json(g.stats, o.queue_s))
-                        .dump(-1, ' ', false, Json::error_handler_t::replace),
-                    "application/json");
-  } else {
-    res.set_content(completion_json(h, g.text, finish_reason_text(g.finish, false), usage_json(g.stats),
-                                    stats_json(g.stats, o.queue_s))
-                        .dump(-1, ' ', false, Json::error_handler_t::replace),
-                    "application/json");
+  return acceptor.local_endpoint().port();
+}
+
+awaitable<void> Server::Impl::accept_loop() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(net::redirect_error(use_awaitable, ec));
+    if (shutting_down || ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) {
+      // Out of descriptors (EMFILE) and the like: wait a moment rather than spin.
+      net::steady_timer pause(io, 50ms);
+      co_await pause.async_wait(net::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    if (connections.size() >= options.max_connections) {
+      refuse(socket);
+      continue;
+    }
+    net::co_spawn(io, serve(std::move(socket)), net::detached);
   }
 }
 
-bool Server::Impl::pump_stream(Stream& st, httplib::DataSink& sink) {
-  const bool chat = st.request.kind == ApiKind::kChat;
-  const ResponseHeader& h = st.header;
-  auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-  auto send_delta = [&](const ChatDelta& d) {
-    if (!d.reasoning.empty() && !send(sse_event(chat_chunk_json(h, {{"reasoning_content", d.reasoning}}, ""))))
-      return false;
-    if (!d.content.empty() && !send(sse_event(chat_chunk_json(h, {{"content", d.content}}, "")))) return false;
-    if (!d.tool_calls.empty()) {
-      st.tool_calls_sent = true;
-      if (!send(sse_event(chat_chunk_json(h, {{"tool_calls", tool_calls_json(d.tool_calls, true)}}, "")))) return false;
+// Over the connection cap: a canned answer written without waiting, then close.
+void Server::Impl::refuse(tcp::socket& socket) {
+  static const std::string kBody =
+      ApiError{503, "server_error", "The server has too many open connections; retry later.", "", "too_many_connections"}
+          .body();
+  static const std::string kResponse = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: "
+      "1\r\nConnection: close\r\n\r\n{}",
+      kBody.size(), kBody);
+  [[maybe_unused]] const ssize_t n = ::send(socket.native_handle(), kResponse.data(), kResponse.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  beast::error_code ec;
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+  metrics.count_refused_connection();
+}
+
+awaitable<void> Server::Impl::serve(tcp::socket socket) {
+  beast::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);  // stream events go out as they are written
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer(kReadBufferBytes);
+  Connection conn{&stream, true};
+  connections.push_back(&conn);
+  ++open_connections;
+  metrics.connection_opened();
+  try {
+    while (!shutting_down && co_await serve_one(stream, buffer, conn)) {
     }
-    return true;
+  } catch (const std::exception& e) {
+    // Nothing in serve_one throws by design; if something does, this connection ends and the
+    // server goes on.
+    if (options.log_requests) fmt::print(stderr, "dsv4 serve: connection error: {}\n", e.what());
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.close();
+  connections.remove(&conn);
+  metrics.connection_closed();
+  --open_connections;
+}
+
+awaitable<void> Server::Impl::linger_close(beast::tcp_stream& stream) {
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.expires_after(kLingerTime);
+  std::vector<char> sink(16 << 10);
+  size_t dropped = 0;
+  while (!ec && dropped <= options.max_body_bytes)
+    dropped += co_await stream.async_read_some(net::buffer(sink), net::redirect_error(use_awaitable, ec));
+}
+
+void Server::Impl::record(const Exchange& ex) {
+  metrics.count_request(route_name(ex.path), ex.status);
+  if (options.log_requests) fmt::print(stderr, "dsv4 serve: {} {} {}\n", printable(ex.method), printable(ex.path), ex.status);
+}
+
+awaitable<bool> Server::Impl::write_reply(beast::tcp_stream& stream, int version, Reply reply, bool keep_alive,
+                                          Exchange& ex) {
+  http::response<http::string_body> res{static_cast<http::status>(reply.status), static_cast<unsigned>(version)};
+  res.set(http::field::server, "dsv4");
+  res.set(http::field::content_type, reply.content_type);
+  for (const auto& [k, v] : reply.headers) res.set(k, v);
+  res.keep_alive(keep_alive);
+  res.body() = std::move(reply.body);
+  res.prepare_payload();
+  ex.status = reply.status;
+  record(ex);
+  beast::error_code ec;
+  stream.expires_after(options.write_timeout);
+  co_await http::async_write(stream, res, net::redirect_error(use_awaitable, ec));
+  co_return !ec && keep_alive;
+}
+
+awaitable<bool> Server::Impl::serve_one(beast::tcp_stream& stream, beast::flat_buffer& buffer, Connection& conn) {
+  beast_request::Parser parser;
+  beast_request::configure(parser, HttpLimits{kMaxHeadBytes, options.max_body_bytes});
+  conn.reading = true;
+  stream.expires_after(options.head_timeout);
+  beast::error_code ec;
+  co_await http::async_read_header(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+  conn.reading = false;
+  Exchange ex{"-", "-", 0};
+  if (ec) {
+    // A clean close, a reset, the shutdown, or an idle keep-alive connection timing out with
+    // nothing sent: no request, nothing to answer.
+    if (ec == http::error::end_of_stream || ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == net::error::eof || (ec == beast::error::timeout && buffer.size() == 0))
+      co_return false;
+    if (ec == beast::error::timeout) {
+      // The head did not arrive within head_timeout (a slow or stalled client); the stream
+      // has been closed by the deadline, so this is only counted.
+      ex.status = 408;
+      record(ex);
+      co_return false;
+    }
+    Reply r = error_reply(beast_request::error_for(ec));
+    co_await write_reply(stream, 11, std::move(r), false, ex);
+    co_await linger_close(stream);
+    co_return false;
+  }
+  const HttpHead head = beast_request::head_of(parser.get());
+  ex.method = head.method;
+  ex.path = head.path();
+  BodyFraming framing;
+  if (auto e = check_head(head, framing)) {
+    Reply r = error_reply(*e);
+    co_await write_reply(stream, head.version == 10 ? 10 : 11, std::move(r), false, ex);
+    co_await linger_close(stream);
+    co_return false;
+  }
+  // An answer given before the body is read closes the connection (the body's bytes would be
+  // taken for the next request otherwise).
+  const bool keep_alive = parser.get().keep_alive() && !shutting_down;
+  auto early_reply = [&](Reply r) -> awaitable<bool> {
+    const bool body_unread = framing.has_body();
+    const bool again = co_await write_reply(stream, head.version, std::move(r), keep_alive && !body_unread, ex);
+    if (body_unread) co_await linger_close(stream);
+    co_return again && !body_unread;
   };
-  auto client_gone = [&] {
-    scheduler.cancel(st.job);
+
+  if (auto e = check_access(head)) {
+    Reply r = error_reply(*e);
+    if (e->status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    co_return co_await early_reply(std::move(r));
+  }
+  const std::string path = head.path();
+  if (const GenerationRoute* route = generation_route(path); route && head.method == "POST")
+    co_return co_await serve_generation(stream, buffer, conn, parser, head, framing, *route, ex);
+  if (head.method == "GET") {
+    if (std::optional<Reply> r = get_reply(path)) co_return co_await early_reply(std::move(*r));
+  }
+  if (const char* allow = allowed_methods(path)) {
+    Reply r = error_reply(ApiError{405, "invalid_request_error",
+                                   fmt::format("Method {} is not allowed for {} (allowed: {}).", printable(head.method),
+                                               printable(path), allow),
+                                   "", "method_not_allowed"});
+    r.headers.emplace_back("Allow", allow);
+    co_return co_await early_reply(std::move(r));
+  }
+  Reply unknown = error_reply(
+      ApiError{404, "invalid_request_error",
+               fmt::format("Unknown request URL: {} {}.", printable(head.method), printable(path)), "", "unknown_url"});
+  co_return co_await early_reply(std::move(unknown));
+}
+
+// ---- generation requests ----------------------------------------------------------------------
+
+awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                               Connection& conn, beast_request::Parser& parser, const HttpHead& head,
+                                               const BodyFraming& framing, const GenerationRoute& route, Exchange& ex) {
+  const auto arrival = Clock::now();
+  const bool keep_alive = parser.get().keep_alive() && !shutting_down;
+  auto error_body = [&](const ApiError& e) { return route.error_body ? route.error_body(e) : e.body(); };
+  // Errors before the body is read: answered, then the connection is closed.
+  auto refuse_unread = [&](const ApiError& e, std::vector<std::pair<std::string, std::string>> headers) -> awaitable<bool> {
+    Reply r = error_reply(e, error_body(e));
+    r.headers = std::move(headers);
+    co_await write_reply(stream, head.version, std::move(r), false, ex);
+    if (framing.has_body()) co_await linger_close(stream);
+    co_return false;
+  };
+
+  // (GCC 12 miscompiles temporaries in co_await expressions, string literals included: the
+  // errors are built first, and co_await only sees named values.)
+  std::optional<ApiError> refusal;
+  std::vector<std::pair<std::string, std::string>> refusal_headers;
+  const std::string content_type = head.value("Content-Type");
+  const std::string expect = head.value("Expect");
+  if (!is_json_content_type(content_type))
+    refusal = ApiError{415, "invalid_request_error",
+                       fmt::format("Content-Type must be application/json, got '{}'.", printable(content_type)), "",
+                       "unsupported_media_type"};
+  else if (!framing.chunked && framing.content_length > options.max_body_bytes)
+    refusal = ApiError{413, "invalid_request_error", "The request body is too large.", "", "request_too_large"};
+  else if (!expect.empty() && !iequals(expect, "100-continue"))
+    refusal = ApiError{417, "invalid_request_error", fmt::format("Unsupported Expect: '{}'.", printable(expect)), "", ""};
+  if (refusal) co_return co_await refuse_unread(*refusal, std::move(refusal_headers));
+
+  // The queue decision, before the body is read.
+  Scheduler::Admission admission = scheduler.reserve();
+  if (!admission.slot) {
+    if (admission.shutting_down) {
+      refusal = ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"};
+    } else {
+      metrics.count_rejected();
+      refusal = ApiError{
+          429, "rate_limit_error",
+          fmt::format("The server is busy: {} requests are already waiting. Retry later.", options.scheduler.max_queue),
+          "", "queue_full"};
+      refusal_headers.emplace_back("Retry-After", std::to_string(scheduler.retry_after_s()));
+    }
+    co_return co_await refuse_unread(*refusal, std::move(refusal_headers));
+  }
+  conn.reading = true;
+  BodyLease lease = co_await acquire_body_bytes(framing.chunked ? options.max_body_bytes : framing.content_length);
+  if (!lease) {
+    refusal = shutting_down ? ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"}
+                            : ApiError{503, "server_error", "The server is busy reading other requests; retry later.",
+                                       "", "server_busy"};
+    refusal_headers.emplace_back("Retry-After", "1");
+    co_return co_await refuse_unread(*refusal, std::move(refusal_headers));
+  }
+  beast::error_code ec;
+  if (!head.value("Expect").empty()) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    stream.expires_after(options.write_timeout);
+    co_await net::async_write(stream, net::buffer(kContinue), net::redirect_error(use_awaitable, ec));
+    if (ec) co_return false;
+  }
+  beast_request::set_body_limit(parser, HttpLimits{kMaxHeadBytes, options.max_body_bytes});
+  stream.expires_after(options.body_timeout);
+  co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+  conn.reading = false;
+  if (ec) {
+    if (ec == beast::error::timeout) {
+      ex.status = 408;  // the stream is closed already
+      record(ex);
+      co_return false;
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == http::error::partial_message || ec == net::error::operation_aborted) {
+      ex.status = shutting_down ? 503 : kClientClosed;
+      record(ex);
+      co_return false;
+    }
+    const ApiError e = beast_request::error_for(ec);
+    Reply r = error_reply(e, error_body(e));
+    co_await write_reply(stream, head.version, std::move(r), false, ex);
+    co_await linger_close(stream);
+    co_return false;
+  }
+
+  // (Named, not a temporary in the co_await expression: GCC 12 destroys such temporaries twice.)
+  auto parse = [this, &route, body = std::move(parser.get().body()), arrival]() mutable {
+    return prepare(route, std::move(body), arrival);
+  };
+  Prepared p = co_await on_pool(parse_pool, std::move(parse));
+  lease.release();
+  if (p.error) {
+    Reply r = error_reply(*p.error, error_body(*p.error));
+    co_return co_await write_reply(stream, head.version, std::move(r), keep_alive, ex);
+  }
+
+  auto waiter = std::make_shared<Waiter>(io);
+  std::weak_ptr<Waiter> weak = waiter;
+  std::shared_ptr<Job> job = scheduler.submit(std::move(admission.slot), std::move(p.input), [this, weak] {
+    net::post(io, [weak] {
+      if (auto w = weak.lock()) w->wake.cancel();
+    });
+  });
+  if (!job) {
+    const ApiError e{503, "server_error", "The server is shutting down.", "", "shutting_down"};
+    Reply r = error_reply(e, error_body(e));
+    co_return co_await write_reply(stream, head.version, std::move(r), false, ex);
+  }
+  const ResponseHeader h{fmt::format("{}-{:016x}", route.id_prefix, next_id.fetch_add(1)), unix_now(), options.model_name};
+  std::unique_ptr<ResponseFormat> format = route.format(p.request, h);
+  if (p.request.stream) co_return co_await stream_answer(stream, head, keep_alive, job, waiter, *format, ex);
+  co_return co_await send_answer(stream, head, keep_alive, job, waiter, *format, route, ex);
+}
+
+// Watches the socket while a handler waits for the engine: a closed connection (or one reset
+// by the peer) sets client_gone and wakes the handler. Pending request bytes (a pipelining
+// client) mean the client is still there: the watch then ends.
+void Server::Impl::watch_peer(beast::tcp_stream& stream, const std::shared_ptr<Waiter>& waiter) {
+  const int fd = stream.socket().native_handle();
+  stream.socket().async_wait(tcp::socket::wait_read, [waiter, fd](const beast::error_code& ec) {
+    if (ec) return;  // cancelled: the answer is complete
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      waiter->client_gone = true;
+      waiter->wake.cancel();
+    }
+  });
+}
+
+awaitable<bool> Server::Impl::send_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
+                                          const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                                          ResponseFormat& format, const GenerationRoute& route, Exchange& ex) {
+  watch_peer(stream, waiter);
+  std::string unused;  // the text arrives in the outcome
+  beast::error_code ec;
+  while (!job->take(unused)) {
+    unused.clear();
+    if (waiter->client_gone) {
+      scheduler.cancel(job);
+      ex.status = kClientClosed;
+      record(ex);
+      co_return false;
+    }
+    waiter->wake.expires_after(1h);
+    co_await waiter->wake.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+  stream.socket().cancel(ec);  // ends the peer watch
+  const JobOutcome& o = job->outcome();
+  if (o.status == JobOutcome::Status::kDone) {
+    Reply answer{200, "application/json", format.complete(o), {}};
+    co_return co_await write_reply(stream, head.version, std::move(answer), keep_alive, ex);
+  }
+  const ApiError e = o.status == JobOutcome::Status::kFailed
+                         ? server_error(o.error)
+                         : ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"};
+  Reply failure = error_reply(e, route.error_body ? route.error_body(e) : e.body());
+  co_return co_await write_reply(stream, head.version, std::move(failure), false, ex);
+}
+
+awaitable<bool> Server::Impl::stream_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
+                                            const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                                            ResponseFormat& format, Exchange& ex) {
+  // HTTP/1.1 gets a chunked stream; an HTTP/1.0 client gets the raw events and a close.
+  const bool chunked = head.version == 11;
+  keep_alive = keep_alive && chunked;
+  http::response<http::empty_body> res{http::status::ok, static_cast<unsigned>(head.version)};
+  res.set(http::field::server, "dsv4");
+  res.set(http::field::content_type, "text/event-stream");
+  res.set(http::field::cache_control, "no-cache");
+  res.set("X-Accel-Buffering", "no");
+  res.keep_alive(keep_alive);
+  if (chunked) res.chunked(true);
+  http::response_serializer<http::empty_body> serializer(res);
+  beast::error_code ec;
+  stream.expires_after(options.write_timeout);
+  co_await http::async_write_header(stream, serializer, net::redirect_error(use_awaitable, ec));
+
+  auto send = [&](const std::string& bytes) -> awaitable<bool> {
+    if (bytes.empty()) co_return true;
+    beast::error_code wec;
+    stream.expires_after(options.write_timeout);
+    if (chunked) {
+      auto chunk = http::make_chunk(net::buffer(bytes));
+      co_await net::async_write(stream, chunk, net::redirect_error(use_awaitable, wec));
+    } else
+      co_await net::async_write(stream, net::buffer(bytes), net::redirect_error(use_awaitable, wec));
+    co_return !wec;
+  };
+  auto client_gone = [&]() {
+    scheduler.cancel(job);
+    ex.status = kClientClosed;
+    record(ex);
     return false;
   };
 
-  if (chat && !send(sse_event(chat_chunk_json(h, {{"role", "assistant"}, {"content", ""}}, ""))))
-    return client_gone();
-  std::string text;
+  const std::string first = format.start();
+  if (ec || !co_await send(first)) co_return client_gone();
+  watch_peer(stream, waiter);
   auto last_write = Clock::now();
+  std::string text;
   for (;;) {
-    const bool done = st.job->wait(kClientCheckInterval, text);
+    const bool done = job->take(text);
     if (!text.empty()) {
-      const bool ok = chat ? send_delta(st.parser.feed(text)) : send(sse_event(completion_chunk_json(h, text, "")));
+      const std::string events = format.text(text);
       text.clear();
-      if (!ok) return client_gone();
-      last_write = Clock::now();
+      if (!co_await send(events)) co_return client_gone();
+      if (!events.empty()) last_write = Clock::now();
     }
     if (done) break;
-    if (!sink.is_writable()) return client_gone();
-    if (Clock::now() - last_write > kKeepAliveComment) {
-      if (!send(": keep-alive\n\n")) return client_gone();
+    if (waiter->client_gone) co_return client_gone();
+    if (Clock::now() - last_write >= kKeepAliveComment) {
+      static const std::string kComment = ": keep-alive\n\n";
+      if (!co_await send(kComment)) co_return client_gone();
       last_write = Clock::now();
     }
+    waiter->wake.expires_at(last_write + kKeepAliveComment);
+    co_await waiter->wake.async_wait(net::redirect_error(use_awaitable, ec));
   }
+  stream.socket().cancel(ec);  // ends the peer watch
 
-  const JobOutcome& o = st.job->outcome();
-  if (o.status != JobOutcome::Status::kDone) {
-    // Headers (200) are gone already; OpenAI's streams report late errors as an error event.
+  // The status the client got: 200 for a stream that ended with [DONE], the error's own
+  // status for one that ended with an error event.
+  const JobOutcome& o = job->outcome();
+  std::string last;
+  if (o.status == JobOutcome::Status::kDone) {
+    last = format.end(o);
+    ex.status = 200;
+  } else {
     const ApiError e = o.status == JobOutcome::Status::kFailed
                            ? server_error(o.error)
                            : ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"};
-    send("data: " + e.body() + "\n\n");
-    sink.done();
-    return true;
+    last = format.error(e);
+    ex.status = e.status;
+    keep_alive = false;
   }
-  const GenerationResult& g = o.result;
-  std::string finish;
-  if (chat) {
-    if (!send_delta(st.parser.finish())) return client_gone();
-    finish = finish_reason_text(g.finish, st.tool_calls_sent);
-    Json last = chat_chunk_json(h, Json::object(), finish);
-    last["stats"] = stats_json(g.stats, o.queue_s);
-    if (!send(sse_event(last))) return client_gone();
-  } else {
-    Json last = completion_chunk_json(h, "", finish_reason_text(g.finish, false));
-    last["stats"] = stats_json(g.stats, o.queue_s);
-    if (!send(sse_event(last))) return client_gone();
+  if (!co_await send(last)) co_return client_gone();
+  if (chunked) {
+    stream.expires_after(options.write_timeout);
+    auto last_chunk = http::make_chunk_last();
+    co_await net::async_write(stream, last_chunk, net::redirect_error(use_awaitable, ec));
+    if (ec) co_return client_gone();
   }
-  if (st.request.include_usage &&
-      !send(sse_event(usage_chunk_json(st.request.kind, h, usage_json(g.stats), stats_json(g.stats, o.queue_s)))))
-    return client_gone();
-  send("data: [DONE]\n\n");
-  sink.done();
-  return true;
+  record(ex);
+  co_return keep_alive && !shutting_down;
 }
 
 // ---- lifetime ------------------------------------------------------------------------------
+
+void Server::Impl::shutdown_connections() {
+  shutting_down = true;
+  beast::error_code ec;
+  acceptor.close(ec);
+  // Connections between requests close now; the others finish their answer first (the
+  // scheduler has ended their jobs already).
+  for (Connection* c : connections)
+    if (c->reading) c->stream->socket().close(ec);
+  for (auto& w : body_waiters) w->timer.cancel();
+}
 
 Server::Server(Engine& engine, const text::Tokenizer& tokenizer, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(options))) {}
 
 Server::~Server() { stop(); }
 
-int Server::bind() {
-  const ServerOptions& o = impl_->options;
-  if (o.port == 0) {
-    const int port = impl_->http.bind_to_any_port(o.host);
-    if (port <= 0) fail("cannot listen on {}: the address is not usable here", o.host);
-    return port;
-  }
-  if (!impl_->http.bind_to_port(o.host, o.port))
-    fail("cannot listen on {}:{}: the port is in use or the address is not usable here", o.host, o.port);
-  return o.port;
-}
+int Server::bind() { return impl_->bind(); }
 
 void Server::run() {
   impl_->run_entered = true;
-  if (!impl_->stopping) impl_->http.listen_after_bind();
+  if (!impl_->stopping) {
+    net::co_spawn(impl_->io, impl_->accept_loop(), net::detached);
+    impl_->io.run();
+  }
   impl_->run_returned = true;
 }
 
 void Server::start() {
   std::lock_guard lock(impl_->stop_mu);
-  if (!impl_->thread.joinable()) impl_->thread = std::thread([this] { run(); });
+  if (!impl_->thread.joinable() && !impl_->stopping) impl_->thread = std::thread([this] { run(); });
 }
 
 void Server::stop() {
   std::lock_guard lock(impl_->stop_mu);
-  impl_->stopping = true;
-  // Handlers waiting for generations return once their jobs end.
-  impl_->scheduler.stop();
-  // httplib's stop() only acts once listening has begun: wait for that, unless run() was
-  // never entered or has already returned.
-  while (impl_->run_entered && !impl_->run_returned && !impl_->http.is_running()) std::this_thread::sleep_for(1ms);
-  impl_->http.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  Impl& s = *impl_;
+  if (!s.stopping.exchange(true)) {
+    // Handlers waiting for generations get their jobs' end (an error event, a 503).
+    s.scheduler.stop();
+    net::post(s.io, [&s] { s.shutdown_connections(); });
+    // Let the answers in progress be written, within a bound.
+    const auto deadline = Clock::now() + s.options.write_timeout + 1s;
+    while (s.run_entered && !s.run_returned && s.open_connections > 0 && Clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+    s.io.stop();
+  }
+  if (s.thread.joinable()) s.thread.join();
+  s.parse_pool.stop();
+  s.parse_pool.join();
 }
 
 Scheduler& Server::scheduler() { return impl_->scheduler; }

@@ -1,11 +1,16 @@
-// The HTTP front: OpenAI-compatible endpoints, /health, /metrics and the web chat page, on
-// cpp-httplib (kept out of this header: it is slow to compile). Routes:
-//   POST /v1/chat/completions, POST /v1/completions   (JSON or SSE; see openai_api.h)
+// The HTTP front: OpenAI-compatible endpoints, /health, /metrics and the web chat page, on an
+// event loop (Boost.Asio + Beast's HTTP/1.1 parser, kept out of this header: they are slow to
+// compile). One thread runs every connection, so slow or idle clients cost a socket, not a
+// thread; request bodies are parsed on a small pool of their own; generation runs on the
+// scheduler's worker. Routes:
+//   POST /v1/chat/completions, POST /v1/completions   (JSON or SSE; see openai_routes.h)
 //   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus), / (web page)
-// With an API key, /v1/* and /metrics need "Authorization: Bearer <key>". On a loopback
-// address the Host header must name a loopback host too (a guard against DNS rebinding).
+// With an API key, /v1/* and /metrics need "Authorization: Bearer <key>" (or "x-api-key:
+// <key>"). On a loopback address the Host header must name a loopback host too (a guard
+// against DNS rebinding). See docs/server.md for the limits and what each refusal looks like.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +30,16 @@ struct ServerOptions {
   std::string api_key;
   std::string model_name = "dsv4";
   size_t max_body_bytes = setting_default<size_t>("max_body_mb") << 20;
+  // Bytes of request bodies being read or parsed at once (0: 4 x max_body_bytes); a request
+  // whose body does not fit waits, unread, until others are done.
+  size_t body_budget_bytes = 0;
+  size_t max_connections = 256;  // more are closed at accept with a canned 503
+  // The whole request head (and an idle keep-alive connection's wait for it), the body, and
+  // each write must finish within these.
+  std::chrono::milliseconds head_timeout{10'000};
+  std::chrono::milliseconds body_timeout{60'000};
+  std::chrono::milliseconds write_timeout{10'000};
+  size_t parse_threads = 2;   // parse and tokenize request bodies
   bool log_requests = false;  // one line per request on stderr
   RequestDefaults defaults;
   RequestLimits limits;

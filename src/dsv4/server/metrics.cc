@@ -58,6 +58,21 @@ void Metrics::observe_generation(const GenerationStats& s, double ttft_s, double
   if (s.generated_tokens > 1 && s.decode_s > 0) decode_rate_.observe(s.decode_tok_s());
 }
 
+void Metrics::connection_opened() {
+  std::lock_guard lock(mu_);
+  ++open_connections_;
+}
+
+void Metrics::connection_closed() {
+  std::lock_guard lock(mu_);
+  --open_connections_;
+}
+
+void Metrics::count_refused_connection() {
+  std::lock_guard lock(mu_);
+  ++refused_connections_;
+}
+
 void Metrics::count_rejected() {
   std::lock_guard lock(mu_);
   ++rejected_;
@@ -83,6 +98,11 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   for (const auto& [reason, n] : finishes_) out += fmt::format("dsv4_generations_total{{reason=\"{}\"}} {}\n", reason, n);
   header(out, "dsv4_rejected_requests_total", "counter", "Requests refused with 429 because the queue was full.");
   out += fmt::format("dsv4_rejected_requests_total {}\n", rejected_);
+  header(out, "dsv4_connections_open", "gauge", "Open client connections.");
+  out += fmt::format("dsv4_connections_open {}\n", open_connections_);
+  header(out, "dsv4_connections_refused_total", "counter",
+         "Connections closed at once because the server already had its maximum of open connections.");
+  out += fmt::format("dsv4_connections_refused_total {}\n", refused_connections_);
   header(out, "dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
   out += fmt::format("dsv4_prompt_tokens_total {}\n", prompt_tokens_);
   header(out, "dsv4_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the prefix cache instead of prefilled.");

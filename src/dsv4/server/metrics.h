@@ -48,6 +48,10 @@ class Metrics {
   // One finished generation. ttft_s is measured from the request's arrival (queue included).
   void observe_generation(const GenerationStats& s, double ttft_s, double queue_s, FinishReason finish);
   void count_rejected();       // 429: queue full
+  // Connections: open now, and refused at accept because the server had max_connections.
+  void connection_opened();
+  void connection_closed();
+  void count_refused_connection();
   void count_cache_lookup(bool hit);
   // Totals of the expert provider, snapshotted by the worker (providers are not thread-safe).
   void set_expert_stats(const ExpertStats& s);
@@ -60,6 +64,7 @@ class Metrics {
   std::map<std::string, uint64_t> finishes_;
   uint64_t prompt_tokens_ = 0, reused_tokens_ = 0, generated_tokens_ = 0, generations_ = 0;
   uint64_t rejected_ = 0, cache_hits_ = 0, cache_misses_ = 0;
+  uint64_t open_connections_ = 0, refused_connections_ = 0;
   Histogram ttft_, decode_rate_, queue_wait_;
   ExpertStats experts_;
 };

@@ -1,6 +1,8 @@
 #include "dsv4/server/openai_api.h"
 
+#include <algorithm>
 #include <cctype>
+#include <stdexcept>
 #include <cmath>
 #include <limits>
 
@@ -101,14 +103,18 @@ std::string join(const std::string& prefix, const std::string& key) { return pre
 std::string at_index(const std::string& prefix, size_t i) { return fmt::format("{}[{}]", prefix, i); }
 
 // Reads the fields of one JSON object; every getter checks the type strictly and names the
-// field (with its path) in the error. Absent and null are the same ("not given").
+// field (with its path) in the error. Absent and null are the same ("not given"). A body's
+// top level knows its endpoint's field list and refuses to read anything outside it.
 class Fields {
  public:
-  Fields(const Json& object, std::string path) : obj_(object), path_(std::move(path)) {}
+  Fields(const Json& object, std::string path, const FieldList* known = nullptr)
+      : obj_(object), path_(std::move(path)), known_(known) {}
 
   std::string name(const std::string& key) const { return join(path_, key); }
 
   const Json* find(const std::string& key) const {
+    if (known_ && std::find(known_->begin(), known_->end(), key) == known_->end())
+      throw std::logic_error(fmt::format("the request parser reads '{}', which is not in its field list", key));
     auto it = obj_.find(key);
     return it == obj_.end() || it->is_null() ? nullptr : &*it;
   }
@@ -167,6 +173,7 @@ class Fields {
  private:
   const Json& obj_;
   std::string path_;
+  const FieldList* known_;
 };
 
 bool valid_function_name(const std::string& s) {
@@ -395,13 +402,47 @@ void parse_thinking(const Fields& f, bool& thinking, chat::ReasoningEffort& effo
 
 // ---- body -----------------------------------------------------------------------------------
 
-Json parse_json_body(std::string_view body, const RequestLimits& limits) {
+const FieldList& chat_request_fields() {
+  static const FieldList fields = {
+      "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+      "frequency_penalty", "presence_penalty", "n", "seed", "max_tokens", "ignore_eos", "stop",
+      "max_completion_tokens", "logprobs", "top_logprobs", "parallel_tool_calls", "response_format", "messages",
+      "tools", "tool_choice", "reasoning_effort", "thinking", "chat_template_kwargs"};
+  return fields;
+}
+
+const FieldList& completion_request_fields() {
+  static const FieldList fields = {
+      "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+      "frequency_penalty", "presence_penalty", "n", "seed", "max_tokens", "ignore_eos", "stop", "echo", "suffix",
+      "best_of", "logprobs", "prompt"};
+  return fields;
+}
+
+Json parse_json_body(std::string_view body, const RequestLimits& limits, const FieldList* fields) {
   if (body.empty()) throw_bad_request("", "invalid_json", "The request body is empty; expected a JSON object.");
   if (size_t ok = text::valid_utf8_prefix(body); ok != body.size())
     throw_bad_request("", "invalid_utf8", fmt::format("The request body is not valid UTF-8 (byte offset {}).", ok));
   if (size_t depth = nesting_depth(body, limits.max_depth); depth > limits.max_depth)
     throw_bad_request("", "invalid_json", fmt::format("The JSON body is nested deeper than {} levels.", limits.max_depth));
-  Json j = Json::parse(body, nullptr, false);
+  // The callback sees every event; members of the top-level object that the endpoint does not
+  // read are refused at their key, and the DOM parser then drops their values as it goes.
+  size_t kept = 0;
+  bool keep_member = true;
+  auto filter = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    using Event = Json::parse_event_t;
+    if (event == Event::key && depth == 1) {
+      keep_member = !fields || std::find(fields->begin(), fields->end(), parsed.get_ref<const std::string&>()) != fields->end();
+      return keep_member;
+    }
+    if (depth >= 1 && keep_member && (event == Event::value || event == Event::object_start || event == Event::array_start) &&
+        ++kept > limits.max_json_values)
+      throw_bad_request("", "invalid_json",
+                        fmt::format("The JSON body has more than {} values in the fields this endpoint reads.",
+                                    limits.max_json_values));
+    return true;
+  };
+  Json j = Json::parse(body, Json::parser_callback_t(filter), false);
   if (j.is_discarded()) {
     ErrorPositionSax sax;
     Json::sax_parse(body, &sax);
@@ -417,7 +458,7 @@ Json parse_json_body(std::string_view body, const RequestLimits& limits) {
 ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const RequestLimits& limits) {
   ApiRequest r;
   r.kind = ApiKind::kChat;
-  Fields f(body, "");
+  Fields f(body, "", &chat_request_fields());
   parse_common(f, d, limits, r);
   if (auto m = f.integer("max_completion_tokens", 1, limits.max_tokens)) r.max_tokens = *m;
   if (f.boolean("logprobs").value_or(false)) unsupported("logprobs", "log probabilities are not supported.");
@@ -467,7 +508,7 @@ ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const 
 ApiRequest parse_completion_request(const Json& body, const RequestDefaults& d, const RequestLimits& limits) {
   ApiRequest r;
   r.kind = ApiKind::kCompletion;
-  Fields f(body, "");
+  Fields f(body, "", &completion_request_fields());
   parse_common(f, d, limits, r);
   if (f.boolean("echo").value_or(false)) unsupported("echo", "echoing the prompt is not supported.");
   if (auto s = f.string("suffix"); s && !s->empty()) unsupported("suffix", "insertion (suffix) is not supported.");

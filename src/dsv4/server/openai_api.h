@@ -41,6 +41,9 @@ using Json = nlohmann::ordered_json;  // key order matters: tool schemas are ren
 // Bounds on what one request may contain (the body size itself is bounded by the HTTP layer).
 struct RequestLimits {
   size_t max_depth = 64;  // JSON nesting (deeper documents are refused before parsing)
+  // JSON values kept from the fields an endpoint reads (each costs ~100 bytes as a DOM node;
+  // fields it does not read are skipped while parsing and cost nothing).
+  size_t max_json_values = size_t{1} << 18;
   size_t max_messages = 4096;
   size_t max_tools = 128;
   size_t max_stop = 4;
@@ -49,9 +52,20 @@ struct RequestLimits {
   int64_t max_tokens = int64_t{1} << 30;
 };
 
+// The top-level fields an endpoint reads.
+using FieldList = std::vector<std::string_view>;
+
 // A request body as JSON. 400 for a body that is not UTF-8 (with the byte offset), too deeply
-// nested, not JSON (with the position), or not an object.
-Json parse_json_body(std::string_view body, const RequestLimits& limits = {});
+// nested, not JSON (with the position), not an object, or with more than max_json_values
+// values in the kept fields. With `fields`, top-level members not named there are syntax-checked
+// and skipped without being built, so the memory a body costs is bounded by what the endpoint
+// uses, not by what a client sends.
+Json parse_json_body(std::string_view body, const RequestLimits& limits = {}, const FieldList* fields = nullptr);
+
+// What parse_chat_request / parse_completion_request read (they throw std::logic_error when
+// they read a top-level field missing here, so the lists cannot fall behind the parsers).
+const FieldList& chat_request_fields();
+const FieldList& completion_request_fields();
 
 // What the server uses for fields a request leaves out.
 struct RequestDefaults {

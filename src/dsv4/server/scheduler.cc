@@ -40,15 +40,40 @@ Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Metrics& 
 
 Scheduler::~Scheduler() { stop(); }
 
-Scheduler::Submitted Scheduler::submit(JobInput input) {
+void Scheduler::Reservation::release() {
+  if (!scheduler_) return;
+  std::lock_guard lock(scheduler_->mu_);
+  --scheduler_->reserved_;
+  scheduler_ = nullptr;
+}
+
+Scheduler::Admission Scheduler::reserve() {
   std::lock_guard lock(mu_);
-  if (stopping_) return {nullptr, true};
-  const bool idle = !running_ && queue_.empty();
-  if (!idle && queue_.size() >= options_.max_queue) return {nullptr, false};
-  auto job = std::make_shared<Job>(std::move(input));
+  if (stopping_) return {Reservation(), true};
+  // One generation runs and max_queue wait; a request being read counts as waiting.
+  const size_t admitted = (running_ ? 1 : 0) + queue_.size() + reserved_;
+  if (admitted >= options_.max_queue + 1) return {Reservation(), false};
+  ++reserved_;
+  return {Reservation(this), false};
+}
+
+std::shared_ptr<Job> Scheduler::submit(Reservation slot, JobInput input, std::function<void()> on_news) {
+  if (slot.scheduler_ != this) fail("Scheduler::submit: the reservation is not this scheduler's");
+  std::lock_guard lock(mu_);
+  slot.scheduler_ = nullptr;  // the place passes to the job
+  --reserved_;
+  if (stopping_) return nullptr;
+  auto job = std::make_shared<Job>(std::move(input), std::move(on_news));
   queue_.push_back(job);
   cv_.notify_all();
-  return {job, false};
+  return job;
+}
+
+Scheduler::Submitted Scheduler::submit(JobInput input) {
+  Admission a = reserve();
+  if (!a.slot) return {nullptr, a.shutting_down};
+  std::shared_ptr<Job> job = submit(std::move(a.slot), std::move(input));
+  return {job, job == nullptr};
 }
 
 void Scheduler::cancel(const std::shared_ptr<Job>& job) {
@@ -77,21 +102,24 @@ void Scheduler::stop() {
 
 SchedulerGauges Scheduler::gauges() const {
   std::lock_guard lock(mu_);
-  return {queue_.size(), running_ != nullptr, cache_entries_, cache_bytes_};
+  return {queue_.size() + reserved_, running_ != nullptr, cache_entries_, cache_bytes_};
 }
 
 int Scheduler::retry_after_s() const {
   std::lock_guard lock(mu_);
-  const double wait = average_job_s_ * static_cast<double>(queue_.size() + 1);
+  const double wait = average_job_s_ * static_cast<double>(queue_.size() + reserved_ + 1);
   return static_cast<int>(std::clamp(std::ceil(wait), 1.0, 3600.0));
 }
 
 void Scheduler::finish(Job& job, JobOutcome::Status status, std::string error) {
-  std::lock_guard lock(job.mu_);
-  job.outcome_.status = status;
-  job.outcome_.error = std::move(error);
-  job.finished_ = true;
-  job.cv_.notify_all();
+  {
+    std::lock_guard lock(job.mu_);
+    job.outcome_.status = status;
+    job.outcome_.error = std::move(error);
+    job.finished_ = true;
+    job.cv_.notify_all();
+  }
+  job.notify();
 }
 
 void Scheduler::worker_loop() {
@@ -192,9 +220,12 @@ void Scheduler::run(Job& job) {
     };
     cb.flush = [&] { return decoder.finish(); };
     cb.on_text = [&](const std::string& t) {
-      std::lock_guard lock(job.mu_);
-      job.text_ += t;
-      job.cv_.notify_all();
+      {
+        std::lock_guard lock(job.mu_);
+        job.text_ += t;
+        job.cv_.notify_all();
+      }
+      job.notify();
     };
     req.prompt = std::move(prompt);
     const auto answer_start = Clock::now();
@@ -207,14 +238,17 @@ void Scheduler::run(Job& job) {
     r.stats.expert_hits += history_stats.expert_hits;
     r.stats.bytes_read += history_stats.bytes_read;
     out.ttft_s = out.queue_s + r.stats.ttft_s;
-    // The answer's last token was sampled but not fed: it becomes the snapshot's tail, so the
-    // next turn (which repeats the answer) matches the whole answer.
-    const size_t fed = session.tokens.size() > req.prompt.size() ? session.tokens.size() - req.prompt.size() : 0;
-    std::span<const int32_t> tail(r.tokens);
-    tail = session.tokens.size() >= req.prompt.size() && fed <= tail.size() ? tail.subspan(fed) : tail.first(0);
-    store_snapshot(std::move(session), tail);
-    metrics_.observe_generation(r.stats, out.ttft_s, out.queue_s, r.finish);
     const bool cancelled = r.finish == FinishReason::kCancelled;
+    // The answer's last token was sampled but not fed: it becomes the snapshot's tail, so the
+    // next turn (which repeats the answer) matches the whole answer. A cancelled turn leaves
+    // the cache as it was before it (only the history snapshot above, if it got that far).
+    if (!cancelled) {
+      const size_t fed = session.tokens.size() > req.prompt.size() ? session.tokens.size() - req.prompt.size() : 0;
+      std::span<const int32_t> tail(r.tokens);
+      tail = session.tokens.size() >= req.prompt.size() && fed <= tail.size() ? tail.subspan(fed) : tail.first(0);
+      store_snapshot(std::move(session), tail);
+    }
+    metrics_.observe_generation(r.stats, out.ttft_s, out.queue_s, r.finish);
     out.result = std::move(r);
     finish(job, cancelled ? JobOutcome::Status::kCancelled : JobOutcome::Status::kDone);
   } catch (const std::exception& e) {

@@ -1,7 +1,8 @@
 // One engine, one worker thread, one generation at a time. Requests wait in a FIFO queue of
-// bounded length (a full queue refuses at once, so the HTTP layer can answer 429); a client
+// bounded length. A request takes its place in the queue (a Reservation) before its body is
+// read, so a full queue refuses at once, before any work (the HTTP layer answers 429); a client
 // that goes away cancels its request (a queued one is dropped, a running one stops at the next
-// token or prefill chunk). Before each generation the prefix cache supplies the longest
+// token or prefill chunk, and a cancelled generation leaves no snapshot behind). Before each generation the prefix cache supplies the longest
 // session snapshot the prompt extends, and after it the worker stores snapshots for the next
 // turn of the conversation: one at the start of the last user turn (the history the next
 // request repeats even when it rewrites the answer, as thinking mode does) and one after the
@@ -13,11 +14,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dsv4/model/engine.h"
@@ -62,16 +65,25 @@ struct JobOutcome {
 
 class Job {
  public:
-  explicit Job(JobInput input) : input_(std::move(input)) {}
+  // `on_news` (optional) is called from the worker, without locks held, whenever text arrives
+  // or the job finishes: an event loop uses it to wake the request's handler.
+  explicit Job(JobInput input, std::function<void()> on_news = {})
+      : input_(std::move(input)), on_news_(std::move(on_news)) {}
   // Waits up to `timeout` for news. Appends the text generated since the last call to `text`
   // and returns true once the job has finished (then outcome() is valid).
   bool wait(std::chrono::milliseconds timeout, std::string& text);
+  // wait() without waiting.
+  bool take(std::string& text) { return wait(std::chrono::milliseconds(0), text); }
   const JobOutcome& outcome() const { return outcome_; }
   const JobInput& input() const { return input_; }
 
  private:
   friend class Scheduler;
+  void notify() const {
+    if (on_news_) on_news_();
+  }
   JobInput input_;
+  std::function<void()> on_news_;
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -87,11 +99,43 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // A place in the queue, held from before a request's body is read until it becomes a job
+  // (or is given back when the request fails before that). Move-only.
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(Reservation&& o) noexcept : scheduler_(std::exchange(o.scheduler_, nullptr)) {}
+    Reservation& operator=(Reservation&& o) noexcept {
+      if (this != &o) {
+        release();
+        scheduler_ = std::exchange(o.scheduler_, nullptr);
+      }
+      return *this;
+    }
+    ~Reservation() { release(); }
+    explicit operator bool() const { return scheduler_ != nullptr; }
+    void release();
+
+   private:
+    friend class Scheduler;
+    explicit Reservation(Scheduler* s) : scheduler_(s) {}
+    Scheduler* scheduler_ = nullptr;
+  };
+  struct Admission {
+    Reservation slot;  // empty: refused
+    bool shutting_down = false;
+  };
+  // Takes a place unless max_queue requests already wait (reserved places count as waiting)
+  // or the scheduler is stopping.
+  Admission reserve();
+  // Turns a reservation into a queued job; null when the scheduler stopped meanwhile.
+  std::shared_ptr<Job> submit(Reservation slot, JobInput input, std::function<void()> on_news = {});
+
   struct Submitted {
     std::shared_ptr<Job> job;  // null: refused
     bool shutting_down = false;
   };
-  // Queues a job, or refuses it when max_queue requests already wait (or on shutdown).
+  // reserve() and submit() in one step.
   Submitted submit(JobInput input);
   // The client is gone: drop the job if it still waits, stop it if it runs.
   void cancel(const std::shared_ptr<Job>& job);
@@ -119,6 +163,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::shared_ptr<Job> running_;
+  size_t reserved_ = 0;  // places held by requests whose bodies are still being read
   bool stopping_ = false;
   double average_job_s_ = 1.0;
   size_t cache_entries_ = 0;  // mirrors of the cache (worker-only) for gauges()

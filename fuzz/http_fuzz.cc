@@ -1,0 +1,36 @@
+// libFuzzer target for a request as the server reads it: the HTTP head and framing
+// (parse_http_request: Beast's parser plus the server's own rules), then the JSON body through
+// the API layer the way the server parses it (only the endpoint's fields are built, within
+// the value bound), for both OpenAI endpoints. Refusals (ApiError, ApiException) are expected;
+// crashes, sanitizer reports and any other exception are bugs.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <variant>
+
+#include "dsv4/server/http_request.h"
+#include "dsv4/server/openai_api.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace dsv4::server;
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  auto parsed = parse_http_request(bytes, HttpLimits{16 << 10, 1 << 20});
+  if (!std::holds_alternative<ParsedRequest>(parsed)) return 0;
+  const ParsedRequest& r = std::get<ParsedRequest>(parsed);
+  const std::string path = r.head.path();
+  const bool chat = path == "/v1/chat/completions";
+  // Any other path still sends its body through a parser: the two endpoints take turns.
+  const bool use_chat = chat || (path != "/v1/completions" && !r.body.empty() && r.body.size() % 2 == 0);
+  RequestDefaults defaults;
+  defaults.vocab_size = 1000;
+  RequestLimits limits;
+  limits.max_json_values = 4096;
+  try {
+    const FieldList& fields = use_chat ? chat_request_fields() : completion_request_fields();
+    const Json body = parse_json_body(r.body, limits, &fields);
+    if (use_chat) parse_chat_request(body, defaults, limits);
+    else parse_completion_request(body, defaults, limits);
+  } catch (const ApiException&) {
+  }
+  return 0;
+}
