@@ -22,7 +22,7 @@ namespace dsv4::cli {
 namespace {
 
 // SIGINT and SIGTERM are blocked in every thread (the mask is inherited by the engine's and
-// httplib's threads, which are created later) and taken by sigtimedwait on a thread of their
+// server's threads, which are created later) and taken by sigtimedwait on a thread of their
 // own, which can then run an ordinary function (stopping the server) instead of a handler that
 // may only touch atomics. While the model loads a signal exits at once; while serving, the
 // first one starts a clean shutdown; during the shutdown a repeated SIGTERM is ignored (tools
