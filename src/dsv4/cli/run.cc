@@ -7,11 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dsv4/cli/common.h"
+#include "dsv4/runtime/chat_session.h"
 #include "dsv4/text/chat_format.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/progress.h"
@@ -69,42 +71,73 @@ void announce_demo(const LoadedModel& lm) {
                lm.dir);
 }
 
-struct Streamed {
-  GenerationResult result;
-  bool ends_with_newline = true;
+// Streams a generation's text to stdout (unless quiet), shows the prefill's progress, and
+// arms Ctrl-C to cancel it.
+class TerminalStream {
+ public:
+  TerminalStream(const text::Tokenizer& tokenizer, bool quiet) : decoder_(tokenizer) {
+    cb_.detokenize = [this](int32_t id) { return decoder_.push(id); };
+    cb_.flush = [this] { return decoder_.finish(); };
+    cb_.on_text = [this, quiet](const std::string& t) {
+      if (progress_) progress_->finish();
+      if (quiet || t.empty()) return;
+      std::fwrite(t.data(), 1, t.size(), stdout);
+      std::fflush(stdout);
+      ends_with_newline_ = t.back() == '\n';
+    };
+    cb_.on_prefill_progress = [this](int64_t done, int64_t total) {
+      if (!progress_) progress_.emplace("prefill", "tokens", total, 256);
+      progress_->update(done);
+    };
+    g_cancel.store(false);
+    g_interrupts.store(0);
+    cb_.cancel = &g_cancel;
+  }
+  ~TerminalStream() {
+    if (progress_) progress_->finish();
+  }
+  const GenerationCallbacks& callbacks() const { return cb_; }
+  bool ends_with_newline() const { return ends_with_newline_; }
+
+ private:
+  text::IncrementalDecoder decoder_;
+  std::optional<Progress> progress_;
+  GenerationCallbacks cb_;
+  bool ends_with_newline_ = true;
 };
 
-// Runs one generation, streaming text to stdout unless `quiet`.
-Streamed stream_generation(LoadedModel& lm, SessionState& session, const GenerationRequest& req, bool quiet) {
-  text::IncrementalDecoder decoder(lm.tokenizer);
-  Progress progress("prefill", "tokens", static_cast<int64_t>(req.prompt.size()), 256);
-  GenerationCallbacks cb;
-  cb.detokenize = [&](int32_t id) { return decoder.push(id); };
-  cb.flush = [&] { return decoder.finish(); };
-  Streamed out;
-  cb.on_text = [&](const std::string& t) {
-    progress.finish();
-    if (quiet || t.empty()) return;
-    std::fwrite(t.data(), 1, t.size(), stdout);
-    std::fflush(stdout);
-    out.ends_with_newline = t.back() == '\n';
-  };
-  cb.on_prefill_progress = [&](int64_t done, int64_t total) {
-    (void)total;
-    progress.update(done);
-  };
-  g_cancel.store(false);
-  g_interrupts.store(0);
-  cb.cancel = &g_cancel;
-  out.result = generate(*lm.engine, session, req, cb);
-  progress.finish();
-  return out;
+// One chat turn, streamed; a cancelled turn leaves `conversation` as it was.
+ChatSession::Turn stream_turn(LoadedModel& lm, ChatSession& conversation, const std::string& text,
+                              const chat::EncodeOptions& eo, const GenerationRequest& req) {
+  TerminalStream out(lm.tokenizer, false);
+  ChatSession::Turn t = conversation.turn(text, eo, req, out.callbacks());
+  if (!out.ends_with_newline()) std::fputc('\n', stdout);
+  return t;
+}
+
+// 15009 -> "15,009".
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+// "cancelled after 4,096 of 15,009 prompt tokens" / "cancelled after 12 tokens of the answer".
+std::string cancelled_text(const GenerationStats& s) {
+  const int64_t to_prefill = s.prompt_tokens - s.reused_tokens;
+  if (s.generated_tokens == 0 && s.prefilled_tokens < to_prefill)
+    return fmt::format("cancelled after {} of {} prompt tokens", grouped(s.prefilled_tokens), grouped(to_prefill));
+  return fmt::format("cancelled after {} {} of the answer", grouped(s.generated_tokens),
+                     s.generated_tokens == 1 ? "token" : "tokens");
 }
 
 void report_finish(const GenerationResult& r, int64_t context_limit) {
   if (r.finish == FinishReason::kContextLimit)
     fmt::print(stderr, "dsv4: stopped: the context limit of {} tokens is reached\n", context_limit);
-  if (r.finish == FinishReason::kCancelled) fmt::print(stderr, "dsv4: stopped (interrupted)\n");
+  if (r.finish == FinishReason::kCancelled) fmt::print(stderr, "dsv4: {}\n", cancelled_text(r.stats));
 }
 
 nlohmann::json stats_json(const GenerationStats& s) {
@@ -148,13 +181,18 @@ int run(const RunOptions& o) {
     req.prompt = lm.tokenizer.encode(chat::encode_messages(messages, encode_options(o.style, true)));
   }
   SessionState session = lm.engine->new_session();
-  Streamed s = stream_generation(lm, session, req, o.json);
-  const GenerationResult& r = s.result;
+  GenerationResult r;
+  bool ends_with_newline = true;
+  {
+    TerminalStream out(lm.tokenizer, o.json);
+    r = generate(*lm.engine, session, req, out.callbacks());
+    ends_with_newline = out.ends_with_newline();
+  }
   if (o.json) {
     nlohmann::json j = {{"text", r.text}, {"prompt_tokens", req.prompt}, {"tokens", r.tokens},
                         {"finish_reason", finish_reason_name(r.finish)}, {"stats", stats_json(r.stats)}};
     std::puts(j.dump().c_str());
-  } else if (!s.ends_with_newline) {
+  } else if (!ends_with_newline) {
     std::fputc('\n', stdout);
   }
   std::fflush(stdout);
@@ -194,13 +232,10 @@ int chat(const ChatOptions& o) {
   install_sigint();
   const bool tty = isatty(0) && isatty(1);
   ChatStyle style = o.style;
-  const int32_t eos = static_cast<int32_t>(lm.engine->config().eos_token_id);
   const int64_t limit = effective_context(*lm.engine, o.model.ctx);
 
-  SessionState session = lm.engine->new_session();
-  chat::Json history = chat::Json::array();  // messages already in the session
-  std::vector<int32_t> unfed;                 // tokens generated or implied but not yet fed
-  int turns = 0;
+  ChatSession conversation(*lm.engine, lm.tokenizer);
+  conversation.reset(style.system);
   GenerationStats total;
   if (tty) fmt::print(stderr, "dsv4 chat: {} ({}). {}", lm.dir, style.think ? "thinking" : "chat mode", kChatHelp);
 
@@ -223,15 +258,14 @@ int chat(const ChatOptions& o) {
       if (cmd == "/exit" || cmd == "/quit") break;
       if (cmd == "/reset" || cmd == "/system") {
         if (cmd == "/system") style.system = arg;
-        session = lm.engine->new_session();
-        history = chat::Json::array();
-        unfed.clear();
+        conversation.reset(style.system);
         fmt::print(stderr, "[conversation reset{}]\n", cmd == "/system" ? ", system prompt set" : "");
       } else if (cmd == "/think") {
         style.think = !style.think;
         fmt::print(stderr, "[thinking mode {}]\n", style.think ? "on" : "off");
       } else if (cmd == "/stats") {
-        fmt::print(stderr, "[{} turns, session at {} tokens] {}\n", turns, session.position, stats_line(total));
+        fmt::print(stderr, "[{} turns, session at {} tokens] {}\n", conversation.turns(), conversation.session().position,
+                   stats_line(total));
       } else if (cmd == "/help") {
         fmt::print(stderr, "{}", kChatHelp);
       } else {
@@ -240,51 +274,31 @@ int chat(const ChatOptions& o) {
       continue;
     }
 
-    chat::Json user = {{"role", "user"}, {"content", line}};
-    GenerationRequest req = make_request(lm, o.model, o.sampling);
-    if (history.empty()) {
-      chat::Json first = chat::Json::array();
-      if (!style.system.empty()) first.push_back({{"role", "system"}, {"content", style.system}});
-      first.push_back(user);
-      req.prompt = lm.tokenizer.encode(chat::encode_messages(first, encode_options(style, true)));
-      history = first;
-    } else {
-      // Continue the token history the session holds: only the new turn is encoded.
-      req.prompt = session.tokens;
-      req.prompt.insert(req.prompt.end(), unfed.begin(), unfed.end());
-      std::vector<int32_t> turn = lm.tokenizer.encode(
-          chat::encode_messages(chat::Json::array({user}), encode_options(style, false), history));
-      req.prompt.insert(req.prompt.end(), turn.begin(), turn.end());
-      history.push_back(user);
-    }
-    Streamed s;
+    ChatSession::Turn t;
     try {
-      s = stream_generation(lm, session, req, false);
+      t = stream_turn(lm, conversation, line, encode_options(style, false), make_request(lm, o.model, o.sampling));
     } catch (const Error& e) {
       // A turn that cannot run (e.g. the context is full) leaves the conversation as it was.
-      history.erase(history.size() - 1);
       fmt::print(stderr, "dsv4: error: {}\n", e.what());
       continue;
     }
-    const GenerationResult& r = s.result;
-    if (!s.ends_with_newline) std::fputc('\n', stdout);
+    const GenerationResult& r = t.result;
     std::fflush(stdout);
-    // Close the assistant turn in the token history: its last token was never fed, and a
-    // turn cut short still needs its end-of-sentence.
-    unfed.assign(r.tokens.empty() ? 0 : 1, r.tokens.empty() ? 0 : r.tokens.back());
-    if (r.tokens.empty() || r.tokens.back() != eos) unfed.push_back(eos);
-    history.push_back({{"role", "assistant"}, {"content", r.text}});
-    ++turns;
-    total.prompt_tokens += r.stats.prompt_tokens;
-    total.reused_tokens += r.stats.reused_tokens;
-    total.generated_tokens += r.stats.generated_tokens;
-    total.prefill_s += r.stats.prefill_s;
-    total.decode_s += r.stats.decode_s;
-    total.expert_requests += r.stats.expert_requests;
-    total.expert_hits += r.stats.expert_hits;
-    total.bytes_read += r.stats.bytes_read;
-    total.peak_rss_bytes = r.stats.peak_rss_bytes;
-    report_finish(r, limit);
+    if (t.kept) {
+      total.prompt_tokens += r.stats.prompt_tokens;
+      total.reused_tokens += r.stats.reused_tokens;
+      total.prefilled_tokens += r.stats.prefilled_tokens;
+      total.generated_tokens += r.stats.generated_tokens;
+      total.prefill_s += r.stats.prefill_s;
+      total.decode_s += r.stats.decode_s;
+      total.expert_requests += r.stats.expert_requests;
+      total.expert_hits += r.stats.expert_hits;
+      total.bytes_read += r.stats.bytes_read;
+      total.peak_rss_bytes = r.stats.peak_rss_bytes;
+      report_finish(r, limit);
+    } else {
+      fmt::print(stderr, "dsv4: {}; the conversation is as it was before this turn\n", cancelled_text(r.stats));
+    }
     fmt::print(stderr, "{}\n", stats_line(r.stats));
   }
   return 0;

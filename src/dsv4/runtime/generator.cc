@@ -67,6 +67,15 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   if (!is_prefix) session = engine.new_session();
   st.reused_tokens = static_cast<int64_t>(session.tokens.size());
 
+  // What a generation read and how much memory it took, also when it stops early.
+  auto finish_stats = [&] {
+    const ExpertStats after = engine.experts().stats();
+    st.expert_requests = after.requests - experts_before.requests;
+    st.expert_hits = after.hits - experts_before.hits;
+    st.bytes_read = after.bytes_read - experts_before.bytes_read;
+    st.peak_rss_bytes = peak_rss_bytes();
+  };
+
   const int64_t V = c.vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
   {
@@ -77,6 +86,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       if (cb.cancel && cb.cancel->load()) {
         result.finish = FinishReason::kCancelled;
         st.prefill_s = seconds_since(start);
+        finish_stats();
         return result;
       }
       const int64_t n = std::min(chunk, prompt_len - done);
@@ -84,6 +94,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       engine.forward(session, std::span<const int32_t>(req.prompt).subspan(done, n), last ? logits.data() : nullptr,
                      false, n);
       done += n;
+      st.prefilled_tokens = done - st.reused_tokens;
       if (cb.on_prefill_progress) cb.on_prefill_progress(done - st.reused_tokens, prompt_len - st.reused_tokens);
     }
   }
@@ -141,11 +152,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   emit(pending.size());
   st.decode_s = result.tokens.size() > 1 ? seconds_since(decode_start) : 0;
   st.generated_tokens = static_cast<int64_t>(result.tokens.size());
-  const ExpertStats after = engine.experts().stats();
-  st.expert_requests = after.requests - experts_before.requests;
-  st.expert_hits = after.hits - experts_before.hits;
-  st.bytes_read = after.bytes_read - experts_before.bytes_read;
-  st.peak_rss_bytes = peak_rss_bytes();
+  finish_stats();
   return result;
 }
 

@@ -32,6 +32,7 @@ struct GenerationRequest {
 struct GenerationStats {
   int64_t prompt_tokens = 0;
   int64_t reused_tokens = 0;  // prompt tokens already in the session (not prefilled again)
+  int64_t prefilled_tokens = 0;  // prompt tokens fed by this generation (fewer when cancelled)
   int64_t generated_tokens = 0;
   double ttft_s = 0;      // request start to the first generated token
   double prefill_s = 0;
@@ -41,7 +42,7 @@ struct GenerationStats {
   uint64_t seed = 0;
 
   // (Inline: the request parsers' fuzz build formats stats without linking the engine.)
-  double prefill_tok_s() const { return prefill_s > 0 ? (prompt_tokens - reused_tokens) / prefill_s : 0; }
+  double prefill_tok_s() const { return prefill_s > 0 ? prefilled_tokens / prefill_s : 0; }
   double decode_tok_s() const { return decode_s > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_s : 0; }
   double hit_rate() const { return expert_requests ? double(expert_hits) / double(expert_requests) : 0; }
 };

@@ -233,6 +233,7 @@ void Scheduler::run(Job& job) {
     // One set of stats for the whole request (both stages).
     r.stats.reused_tokens = reused;
     r.stats.prefill_s += history_stats.prefill_s;
+    r.stats.prefilled_tokens += history_stats.prefilled_tokens;
     r.stats.ttft_s += seconds_between(start, answer_start);
     r.stats.expert_requests += history_stats.expert_requests;
     r.stats.expert_hits += history_stats.expert_hits;
