@@ -950,8 +950,9 @@ void Server::stop() {
     // Handlers waiting for generations get their jobs' end (an error event, a 503).
     s.scheduler.stop();
     net::post(s.io, [&s] { s.shutdown_connections(); });
-    // Let the answers in progress be written, within a bound.
-    const auto deadline = Clock::now() + s.options.write_timeout + 1s;
+    // Let the answers in progress be written, within a short bound (a client that does not
+    // read must not hold the shutdown for a whole write timeout).
+    const auto deadline = Clock::now() + std::min<Clock::duration>(s.options.write_timeout, 2s);
     while (s.run_entered && !s.run_returned && s.open_connections > 0 && Clock::now() < deadline)
       std::this_thread::sleep_for(5ms);
     s.io.stop();
