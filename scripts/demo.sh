@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up, builds dsv4 and runs the main job: one streamed answer from
 #   scripts/demo.sh [MODEL_DIR] [PROMPT]
-# With no model directory it uses the built-in demo model (random weights, created on first
-# use), so it works on a fresh machine without the 160 GB download.
+# With no model directory it uses the built-in demo model (models/demo: a tiny DeepSeek V4
+# trained on the King James Bible), so it works on a fresh machine without the 160 GB download.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2

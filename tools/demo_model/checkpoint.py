@@ -62,9 +62,10 @@ def config_json(cfg_dict):
     return {k: cfg_dict[k] for k in keys}
 
 
-def export(model, out_dir, shard_bytes=16 << 20):
+def export(model, out_dir, shard_bytes=16 << 20, temperature=0.8, top_p=0.9):
     """Writes the hub checkpoint: shards (main model, then mtp.* alone in the last shard, as the
-    official checkpoint), index, config.json, generation_config.json."""
+    official checkpoint), index, config.json, generation_config.json. The sampling defaults
+    are the demo's (the real V4 ships 1.0 / 1.0; a tiny model reads better a little cooler)."""
     os.makedirs(out_dir, exist_ok=True)
     main, mtp = {}, {}
     for name, t, kind in hub_tensors(model):
@@ -93,7 +94,7 @@ def export(model, out_dir, shard_bytes=16 << 20):
     _write_json(os.path.join(out_dir, "config.json"), config_json(cfg))
     _write_json(os.path.join(out_dir, "generation_config.json"),
                 {"_from_model_config": True, "bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
-                 "do_sample": True, "temperature": 1.0, "top_p": 1.0, "transformers_version": "4.46.3"})
+                 "do_sample": True, "temperature": temperature, "top_p": top_p, "transformers_version": "4.46.3"})
 
 
 def _write_json(path, obj):

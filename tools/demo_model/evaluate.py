@@ -54,9 +54,12 @@ def main():
     ap.add_argument("--state", help="training state.pt: also score the float weights")
     ap.add_argument("--json")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--chapters", type=int, default=0, help="only the first N held-out chapters (0: all)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     held = json.load(open(os.path.join(a.data, "heldout.json")))
+    if a.chapters:
+        held = {k: v[:a.chapters] for k, v in held.items()}
     text = "".join(held["text"]).encode()
     xz = subprocess.run(["xz", "-9", "-c"], input=text, capture_output=True, check=True).stdout
     out = {"chapters": len(held["text"]), "xz9_bits_per_byte": len(xz) * 8 / len(text)}

@@ -36,7 +36,7 @@ struct ModelOptions {
   int64_t ctx = 0;       // context limit (0 = the command's default)
   std::string ram;       // "auto", "min", "12G", ...
   std::string io;        // auto | uring | threads (expert reads)
-  std::string demo_dir;  // DSV4_DEMO_DIR; empty: ~/.cache/dsv4/demo
+  std::string demo_dir;  // DSV4_DEMO_DIR; empty: models/demo (next to the binary, else the source tree)
   bool quiet_stats = false;
 };
 

@@ -1,14 +1,13 @@
 #include "dsv4/cli/common.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 #include <random>
+#include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "dsv4/synth/synth.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 
@@ -41,33 +40,47 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
   return ids;
 }
 
+namespace {
+
+bool has_config(const std::string& dir) { return path_exists(dir + "/config.json"); }
+
+// The built-in demo model ships in the source tree as models/demo. Looked for next to the
+// binary first (build/<type>/dsv4 → two levels up), so a moved or copied tree still finds
+// its own model, then in the tree the binary was built from.
+std::string find_demo_model(const std::string& override_dir) {
+  if (!override_dir.empty()) {
+    if (!has_config(override_dir)) fail("DSV4_DEMO_DIR={}: no config.json there", override_dir);
+    return override_dir;
+  }
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe", ec);
+  std::vector<std::string> tried;
+  if (!ec) {
+    std::filesystem::path p = exe.parent_path();
+    for (int up = 0; up < 4 && !p.empty(); ++up, p = p.parent_path()) {
+      const std::string candidate = (p / "models" / "demo").string();
+      if (has_config(candidate)) return candidate;
+      tried.push_back(candidate);
+      if (p == p.root_path()) break;
+    }
+  }
+  const std::string built_from = DSV4_DEMO_MODEL_DIR;
+  if (has_config(built_from)) return built_from;
+  if (std::find(tried.begin(), tried.end(), built_from) == tried.end()) tried.push_back(built_from);
+  std::string list;
+  for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
+  fail("no -m given and the built-in demo model is missing (looked for config.json in {}); pass -m DIR", list);
+}
+
+}  // namespace
+
 std::string resolve_model_dir(const ModelOptions& m) {
   if (!m.dir.empty()) {
     if (is_directory(m.dir)) return m.dir;
     if (path_exists(m.dir)) fail("{}: is a file, not a checkpoint directory (-m takes the directory)", m.dir);
     fail("{}: no such checkpoint directory (-m)", m.dir);
   }
-  std::string dir = m.demo_dir;
-  if (dir.empty()) {
-    const char* home = std::getenv("HOME");
-    dir = std::string(home && *home ? home : "/tmp") + "/.cache/dsv4/demo";
-  }
-  if (path_exists(dir + "/config.json")) return dir;
-  // Built in a temporary directory and renamed into place, so an interrupted or concurrent
-  // first run never leaves a half-written model behind.
-  fmt::print(stderr, "dsv4: creating the built-in demo model in {} (random weights, ~90 MB, once)\n", dir);
-  std::filesystem::create_directories(std::filesystem::path(dir).parent_path());
-  const std::string tmp = fmt::format("{}.partial-{}", dir, getpid());
-  std::filesystem::remove_all(tmp);
-  SynthOptions demo = demo_synth_options(tmp);
-  synthesize(demo);
-  std::error_code ec;
-  std::filesystem::rename(tmp, dir, ec);
-  if (ec) {
-    std::filesystem::remove_all(tmp);
-    if (!path_exists(dir + "/config.json")) fail("{}: cannot create the demo model: {}", dir, ec.message());
-  }
-  return dir;
+  return find_demo_model(m.demo_dir);
 }
 
 std::unique_ptr<Engine> open_engine(const ModelOptions& m, const WorkloadShape& workload) {

@@ -19,8 +19,8 @@ kernels::Numerics parse_numerics(const std::string& s);
 // Token ids separated by whitespace and/or commas; `what` names the source in errors.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what);
 
-// The checkpoint directory to use: the flag, or the built-in demo model (random weights,
-// created on first use in DSV4_DEMO_DIR, default ~/.cache/dsv4/demo).
+// The checkpoint directory to use: the flag, or the built-in demo model (models/demo of the
+// source tree, a tiny DeepSeek V4 trained on the King James Bible; DSV4_DEMO_DIR overrides).
 std::string resolve_model_dir(const ModelOptions& m);
 
 // Opens the engine under the --ram budget planned for `workload`.

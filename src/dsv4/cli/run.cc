@@ -67,7 +67,7 @@ GenerationRequest make_request(const LoadedModel& lm, const ModelOptions& m, con
 
 void announce_demo(const LoadedModel& lm) {
   if (lm.demo)
-    fmt::print(stderr, "dsv4: no -m given: using the built-in demo model in {} (random weights, so its text is gibberish)\n",
+    fmt::print(stderr, "dsv4: no -m given: using the built-in demo model in {} (a tiny DeepSeek V4 trained on the King James Bible)\n",
                lm.dir);
 }
 

@@ -107,7 +107,7 @@ int serve(const ServeOptions& o) {
   SignalWatcher signals;
   LoadedModel lm = load_model(o.model, interactive_workload(o.model));
   if (lm.demo)
-    fmt::print(stderr, "dsv4 serve: no -m given: serving the built-in demo model in {} (random weights, so its text is gibberish)\n",
+    fmt::print(stderr, "dsv4 serve: no -m given: serving the built-in demo model in {} (a tiny DeepSeek V4 trained on the King James Bible)\n",
                lm.dir);
 
   server::ServerOptions so;

@@ -157,7 +157,7 @@ std::vector<Setting> make_table() {
       flag_bool("decode", "--decode", "", false, "tokenize: ids in, text out"),
       path("synth_out", "--out", "", "synth: output directory"),
       flag_bool("synth_demo", "--demo", "", false,
-                "synth: the small deterministic demo model with a tokenizer (~90 MB)"),
+                "synth: a small deterministic random-weight model with a tokenizer (~90 MB)"),
       choice("synth_preset", "--preset", "", "flash", {"flash", "pro"},
              "synth: the geometry: V4 Flash or V4 Pro (hidden 7168, 128 heads, 384 experts x 3072)"),
       integer("synth_layers", "--layers", "", 4, 1, 1024, "synth: main layers"),
@@ -205,7 +205,7 @@ std::vector<Setting> make_table() {
       number("kernels_seconds", "--seconds", "", 0.5, 0, 3600, "bench kernels: minimum timed seconds per case (at least 5 repetitions)"),
       flag_bool("kernels_json", "--json", "", false, "bench kernels: print JSON"),
       // Environment only.
-      path("demo_dir", "", "DSV4_DEMO_DIR", "where the built-in demo model is created (default ~/.cache/dsv4/demo)"),
+      path("demo_dir", "", "DSV4_DEMO_DIR", "the built-in demo model (default: models/demo of the source tree)"),
       choice("kernels", "", "DSV4_KERNELS", "auto", {"auto", "scalar", "avx2", "avx512"},
              "kernel path: auto (the best this CPU runs), scalar, avx2 or avx512"),
       integer("test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", 0, 0, 60'000,
