@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 model=$1 data=$2 state=${3:-} out=${4:-scratch/demo_measure}
 dsv4=build/release/dsv4
 py=/usr/bin/python3
+export OMP_WAIT_POLICY=PASSIVE  # a shared machine: spinning OpenMP threads stall each other
 mkdir -p "$out"
 
 $py tools/demo_model/evaluate.py --model "$model" --data "$data" ${state:+--state "$state"} --json "$out/eval.json" \
