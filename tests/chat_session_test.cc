@@ -43,7 +43,7 @@ class ChatSessionTest : public ::testing::Test {
     EngineOptions o;
     o.numerics = kernels::Numerics::kReference;
     o.threads = 1;
-    engine_ = Engine::open(test::fixture("tiny-a"), o).release();
+    engine_ = test::open_engine(test::fixture("tiny-a"), o).release();
     tokenizer_ = new text::Tokenizer(text::Tokenizer::from_file(test::fixture("tiny-a") + "/tokenizer.json"));
   }
   static void TearDownTestSuite() {

@@ -17,7 +17,8 @@
 
 #include "dsv4/experts/expert_layout.h"
 #include "dsv4/experts/expert_store.h"
-#include "dsv4/experts/planner.h"
+#include "dsv4/runtime/model_loader.h"
+#include "dsv4/runtime/planner.h"
 #include "dsv4/experts/read_queue.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
@@ -68,16 +69,15 @@ struct Budgeted {
 
 void PrintTo(const Budgeted& b, std::ostream* os) { *os << b.fixture << " at " << b.budget; }
 
-std::unique_ptr<Engine> open_budgeted(const Budgeted& b) {
-  EngineOptions o;
-  o.numerics = Numerics::kReference;
-  o.threads = 1;  // one compute thread: the tests stay fast on a loaded 2-core machine
+LoadedEngine open_budgeted(const Budgeted& b) {
+  LoadOptions o;
+  o.engine.numerics = Numerics::kReference;
+  o.engine.threads = 1;  // one compute thread: the tests stay fast on a loaded 2-core machine
+  o.engine.lookahead = b.lookahead;
   o.ram = budget(fixture(b.fixture), b.budget);
   o.store.backend = b.backend;
   o.store.direct_io = b.direct;
-  o.lookahead = b.lookahead;
-  o.print_plan = false;
-  return Engine::open(fixture(b.fixture), o);
+  return load_engine(fixture(b.fixture), o);
 }
 
 // What every budgeted run is compared with: all experts resident, same chunking.
@@ -121,19 +121,19 @@ Baseline run(Engine& e, const Workload& w) {
   for (const auto& tokens : w.sequences) {
     std::vector<float> out(tokens.size() * V);
     SessionState s = e.new_session();
-    e.forward(s, tokens, out.data(), true, w.chunk);
+    e.forward(s, tokens, out.data(), LogitRows::kAll, w.chunk);
     b.sequences.push_back(std::move(out));
   }
   for (const auto& prompt : w.prompts) {
     SessionState s = e.new_session();
     std::vector<float> logits(V), all;
     std::vector<int32_t> tokens;
-    e.forward(s, prompt, logits.data(), false, w.chunk);
+    e.forward(s, prompt, logits.data(), LogitRows::kLast, w.chunk);
     for (int i = 0; i < w.steps; ++i) {
       all.insert(all.end(), logits.begin(), logits.end());
       int32_t next = argmax(logits);
       tokens.push_back(next);
-      e.forward(s, std::span<const int32_t>(&next, 1), logits.data(), false);
+      e.forward(s, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
     }
     b.greedy.push_back(std::move(all));
     b.greedy_tokens.push_back(std::move(tokens));
@@ -148,7 +148,7 @@ const Baseline& resident_baseline(const std::string& name) {
   EngineOptions o;
   o.numerics = Numerics::kReference;
   o.threads = 1;  // one compute thread: the tests stay fast on a loaded 2-core machine
-  auto e = Engine::open(fixture(name), o);
+  auto e = test::open_engine(fixture(name), o);
   return cache[name] = run(*e, workload(name));
 }
 
@@ -161,9 +161,9 @@ TEST_P(ExpertStoreBitExact, SameBitsAsResident) {
   const Budgeted& b = GetParam();
   const Workload w = workload(b.fixture);
   const Baseline& want = resident_baseline(b.fixture);
-  auto engine = open_budgeted(b);
-  ASSERT_TRUE(engine->memory_plan().has_value());
-  ASSERT_FALSE(engine->memory_plan()->all_resident);
+  LoadedEngine loaded = open_budgeted(b);
+  ASSERT_FALSE(loaded.plan.all_resident);
+  Engine* engine = loaded.engine.get();
   const Baseline got = run(*engine, w);
   for (size_t i = 0; i < want.sequences.size(); ++i) {
     ASSERT_EQ(got.sequences[i].size(), want.sequences[i].size());
@@ -232,7 +232,7 @@ TEST(MoeArrivalOrder, ComputesReadyExpertsFirstWithTheSameBits) {
     o.threads = 1;
     auto provider = std::make_unique<ArrivalOrderExperts>(Checkpoint::open(fixture(name)));
     const ArrivalOrderExperts* arrivals = provider.get();
-    auto engine = Engine::open(fixture(name), o, std::move(provider));
+    auto engine = test::open_engine(fixture(name), o, std::move(provider));
     const Baseline got = run(*engine, w);
     for (size_t i = 0; i < want.sequences.size(); ++i)
       EXPECT_EQ(std::memcmp(got.sequences[i].data(), want.sequences[i].data(), want.sequences[i].size() * 4), 0)
@@ -297,7 +297,7 @@ TEST(ExpertStore, BytesMatchCheckpoint) {
       o.backend = backend;
       ExpertStore store(ck, o);
       const ModelConfig& c = ck.config();
-      for (int l = 0; l < static_cast<int>(c.layers.size()); ++l) {
+      for (int l = 0; l < c.num_layers; ++l) {
         for (int e = 0; e < c.n_routed_experts; ++e) {
           const ExpertWeights& w = store.acquire(l, e);
           const ExpertLocation loc = locate_expert(ck, l, e);
@@ -312,7 +312,7 @@ TEST(ExpertStore, BytesMatchCheckpoint) {
           store.release(l, e);
         }
       }
-      EXPECT_EQ(store.stats().misses, uint64_t(c.layers.size()) * c.n_routed_experts);
+      EXPECT_EQ(store.stats().misses, uint64_t(c.num_layers) * c.n_routed_experts);
     }
   }
 }
@@ -491,7 +491,7 @@ TEST(Planner, SlotsFromTheBudget) {
   EXPECT_EQ(min.slots, 2 * ck.config().n_experts_per_token);
   EXPECT_EQ(min.budget, min.minimum_budget);
   EXPECT_LE(min.projected_peak(), min.budget);
-  EXPECT_EQ(min.total_experts, int64_t(ck.config().layers.size()) * ck.config().n_routed_experts);
+  EXPECT_EQ(min.total_experts, int64_t(ck.config().num_layers) * ck.config().n_routed_experts);
 
   const MemoryPlan mid = plan_memory(ck, parse_ram(std::to_string(min.budget + 40 * min.slot_bytes)), w);
   EXPECT_EQ(mid.slots, min.slots + 40);
@@ -522,7 +522,7 @@ TEST(Planner, RamFlagOnCommands) {
   const std::string model = fixture("tiny-a");
   auto resident = test::run_dsv4("generate -m " + model + " --tokens 496,10,20,30 -n 6 --greedy --print-ids --ram 4G");
   ASSERT_EQ(resident.exit_code, 0) << resident.err;
-  EXPECT_NE(resident.err.find("experts all 56 resident"), std::string::npos) << resident.err;
+  EXPECT_NE(resident.err.find("experts all 48 resident"), std::string::npos) << resident.err;
   for (const char* io : {"uring", "threads"}) {
     auto streamed = test::run_dsv4("generate -m " + model + " --tokens 496,10,20,30 -n 6 --greedy --print-ids --ram min --io " + io);
     ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
@@ -530,7 +530,7 @@ TEST(Planner, RamFlagOnCommands) {
     size_t plans = 0;
     for (size_t p = streamed.err.find("ram plan"); p != std::string::npos; p = streamed.err.find("ram plan", p + 1)) ++plans;
     EXPECT_EQ(plans, 1u) << streamed.err;
-    EXPECT_NE(streamed.err.find("experts 6 of 56 slots"), std::string::npos) << streamed.err;
+    EXPECT_NE(streamed.err.find("experts 6 of 48 slots"), std::string::npos) << streamed.err;
     EXPECT_NE(streamed.err.find("dsv4: stats: experts"), std::string::npos) << streamed.err;
   }
   auto low = test::run_dsv4("generate -m " + model + " --tokens 1,2 -n 1 --ram 8M");

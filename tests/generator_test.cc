@@ -94,7 +94,7 @@ class GeneratorTest : public ::testing::Test {
   void SetUp() override {
     EngineOptions o;
     o.numerics = kernels::Numerics::kReference;
-    engine_ = Engine::open(test::fixture("tiny-a"), o);
+    engine_ = test::open_engine(test::fixture("tiny-a"), o);
   }
   // Each token becomes "<id>" so stop strings can be placed on token boundaries or inside them.
   GenerationCallbacks callbacks(std::string* streamed) {
@@ -106,14 +106,14 @@ class GeneratorTest : public ::testing::Test {
   std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int n) {
     SessionState s = engine_->new_session();
     std::vector<float> logits(engine_->config().vocab_size);
-    engine_->forward(s, prompt, logits.data(), false);
+    engine_->forward(s, prompt, logits.data(), LogitRows::kLast);
     std::vector<int32_t> out;
     for (int i = 0; i < n; ++i) {
       int32_t best = 0;
       for (int v = 1; v < engine_->config().vocab_size; ++v)
         if (logits[v] > logits[best]) best = v;
       out.push_back(best);
-      engine_->forward(s, std::span<const int32_t>(&best, 1), logits.data(), false);
+      engine_->forward(s, std::span<const int32_t>(&best, 1), logits.data(), LogitRows::kLast);
     }
     return out;
   }

@@ -46,7 +46,7 @@ int64_t argmax(const float* v, int64_t n) {
 std::vector<float> score(Engine& e, const std::vector<int32_t>& tokens, int64_t chunk = 0) {
   std::vector<float> out(tokens.size() * e.config().vocab_size);
   SessionState s = e.new_session();
-  e.forward(s, tokens, out.data(), true, chunk);
+  e.forward(s, tokens, out.data(), LogitRows::kAll, chunk);
   return out;
 }
 
@@ -54,7 +54,8 @@ std::unique_ptr<Engine> open(const std::string& name, Numerics n, int threads = 
   EngineOptions o;
   o.numerics = n;
   o.threads = threads;
-  return Engine::open(fixture(name), o);
+  o.max_rows = 1024;  // every fixture sequence in one pass unless a test chunks it
+  return test::open_engine(fixture(name), o);
 }
 
 class ModelReference : public ::testing::TestWithParam<std::string> {};
@@ -91,13 +92,13 @@ TEST_P(ModelReference, GreedyContinuations) {
     std::vector<float> steps = ref.tensor(g["logits_tensor"]);
     SessionState s = engine->new_session();
     std::vector<float> logits(V);
-    engine->forward(s, prompt, logits.data(), false);
+    engine->forward(s, prompt, logits.data(), LogitRows::kLast);
     float worst = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(logits[v] - steps[i * V + v]));
       int32_t next = static_cast<int32_t>(argmax(logits.data(), V));
       ASSERT_EQ(next, want[i]) << "greedy " << g["id"] << " step " << i;
-      engine->forward(s, std::span<const int32_t>(&next, 1), logits.data(), false);
+      engine->forward(s, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
     }
     EXPECT_LE(worst, 1e-3f) << "greedy " << g["id"];
   }
@@ -151,11 +152,11 @@ TEST_P(ModelReference, FastNumerics) {
     std::vector<int32_t> prompt = ids(g["prompt"]), want = ids(g["new_tokens"]);
     SessionState s = engine->new_session();
     std::vector<float> logits(V);
-    engine->forward(s, prompt, logits.data(), false);
+    engine->forward(s, prompt, logits.data(), LogitRows::kLast);
     for (size_t i = 0; i < 8; ++i) {
       int32_t next = static_cast<int32_t>(argmax(logits.data(), V));
       ASSERT_EQ(next, want[i]) << "greedy " << g["id"] << " step " << i;
-      engine->forward(s, std::span<const int32_t>(&next, 1), logits.data(), false);
+      engine->forward(s, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
     }
   }
 }

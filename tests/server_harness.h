@@ -40,7 +40,7 @@ inline Model& model() {
     EngineOptions eo;
     eo.numerics = kernels::Numerics::kReference;  // the reference.json greedy tokens
     eo.threads = 1;
-    return Model{Engine::open(fixture("tiny-a"), eo), text::Tokenizer::from_file(fixture("tiny-a") + "/tokenizer.json")};
+    return Model{test::open_engine(fixture("tiny-a"), eo), text::Tokenizer::from_file(fixture("tiny-a") + "/tokenizer.json")};
   }();
   return m;
 }

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "dsv4/io/checkpoint.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +12,13 @@
 #include <stdexcept>
 
 namespace dsv4::test {
+
+std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions& options,
+                                    std::unique_ptr<ExpertProvider> experts) {
+  auto ck = std::make_unique<const Checkpoint>(Checkpoint::open(dir));
+  if (!experts) experts = make_resident_experts(*ck);
+  return Engine::create(std::move(ck), options, std::move(experts));
+}
 
 std::string fixture(const std::string& name) { return "../shared/fixtures/" + name; }
 

@@ -1,9 +1,18 @@
 // Helpers shared by the tests: fixture paths, temporary directories, running the CLI.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "dsv4/experts/expert_provider.h"
+#include "dsv4/model/engine.h"
+
 namespace dsv4::test {
+
+// An engine for the checkpoint in `dir` with every routed expert resident (no RAM plan), or
+// with `experts` when given.
+std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions& options = {},
+                                    std::unique_ptr<ExpertProvider> experts = nullptr);
 
 // "../shared/fixtures/<name>" (tests run from the repository root).
 std::string fixture(const std::string& name);

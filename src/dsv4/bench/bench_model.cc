@@ -154,7 +154,8 @@ void print_replay(const MemoryPlan& plan, const ReplayReport& rr) {
 int bench_model(const BenchModelOptions& o) {
   if (o.prompt_tokens < 1) fail("--prompt-tokens must be at least 1");
   if (o.gen_tokens < 1) fail("--gen-tokens must be at least 1");
-  Checkpoint probe_ck = Checkpoint::open(o.model.dir);
+  auto checkpoint = std::make_unique<const Checkpoint>(Checkpoint::open(o.model.dir));
+  const Checkpoint& probe_ck = *checkpoint;  // the engine takes it over, it stays where it is
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_file.empty()) {
     prompt_ids = parse_token_ids(read_small_file(o.prompt_file, 256 << 20), o.prompt_file);
@@ -169,13 +170,21 @@ int bench_model(const BenchModelOptions& o) {
   const IoBackend backend = parse_io_backend(o.model.io);
   WorkloadShape workload;
   workload.context_tokens = prompt_len + o.gen_tokens;
-  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : prompt_len;
-  const MemoryPlan plan = plan_memory(probe_ck, parse_ram(o.model.ram), workload);
-  ExpertStoreOptions store;
-  store.backend = backend;
-  const ExpertLookahead lookahead = o.lookahead == "off"   ? ExpertLookahead::kOff
-                                    : o.lookahead == "all" ? ExpertLookahead::kAll
-                                                           : ExpertLookahead::kExact;
+  workload.chunk_tokens = resolve_chunk(o.model.chunk, prompt_len);
+  LoadOptions load = load_options(o.model, workload);
+  load.print_plan = !o.json;
+  load.engine.lookahead = o.lookahead == "off"   ? ExpertLookahead::kOff
+                          : o.lookahead == "all" ? ExpertLookahead::kAll
+                                                 : ExpertLookahead::kExact;
+  // The bench wraps the planned provider so it can record the expert requests.
+  TracingProvider* tracing = nullptr;
+  load.wrap_provider = [&tracing](std::unique_ptr<ExpertProvider> planned) {
+    auto t = std::make_unique<TracingProvider>(std::move(planned));
+    tracing = t.get();
+    return std::unique_ptr<ExpertProvider>(std::move(t));
+  };
+  const MemoryPlan plan = plan_for(probe_ck, load);
+  const ExpertStoreOptions& store = load.store;
 
   // The device, cold: drop the shards from the page cache and read a large span, in 4 MiB
   // reads and in expert-sized (16 MiB) reads, 4 in flight as the store reads; the better of
@@ -202,19 +211,9 @@ int bench_model(const BenchModelOptions& o) {
   }
 
   const SsdProbeResult ssd_before = probe(0.2);
-  EngineOptions eo;
-  eo.numerics = o.model.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
-  eo.threads = o.model.threads;
-  eo.workload = workload;
-  eo.store = store;
-  eo.lookahead = lookahead;
   drop_page_cache(shard_paths);
   auto t0 = std::chrono::steady_clock::now();
-  // The bench makes the planned provider itself so it can record the expert requests.
-  if (!o.json) std::fprintf(stderr, "%s\n", plan.summary().c_str());
-  auto tracing_owner = std::make_unique<TracingProvider>(make_planned_provider(probe_ck, plan, store));
-  TracingProvider* tracing = tracing_owner.get();
-  auto engine = Engine::open(o.model.dir, eo, std::move(tracing_owner));
+  auto engine = load_engine(std::move(checkpoint), load).engine;
   const double load_s = seconds_since(t0);
   ExpertProvider& experts = engine->experts();
 
@@ -233,7 +232,7 @@ int bench_model(const BenchModelOptions& o) {
   std::vector<float> logits(static_cast<size_t>(V));
   const ExpertStats s0 = experts.stats();
   t0 = std::chrono::steady_clock::now();
-  engine->forward(session, prompt, logits.data(), /*all_positions=*/false, o.model.chunk);
+  engine->forward(session, prompt, logits.data(), LogitRows::kLast, workload.chunk_tokens);
   int32_t next = argmax(logits);
   const double ttft_s = seconds_since(t0);
   const ExpertStats s1 = experts.stats();
@@ -243,7 +242,7 @@ int bench_model(const BenchModelOptions& o) {
   std::vector<int32_t> generated{next};
   for (int64_t i = 0; i < o.gen_tokens; ++i) {
     t0 = std::chrono::steady_clock::now();
-    engine->forward(session, std::span<const int32_t>(&next, 1), logits.data(), false);
+    engine->forward(session, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
     next = argmax(logits);
     step_s.push_back(seconds_since(t0));
     generated.push_back(next);

@@ -10,14 +10,9 @@
 
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
+#include "dsv4/util/memory.h"
 
 namespace dsv4::cli {
-
-kernels::Numerics parse_numerics(const std::string& s) {
-  if (s == "reference") return kernels::Numerics::kReference;
-  if (s == "fast") return kernels::Numerics::kFast;
-  fail("--numerics must be \"reference\" or \"fast\", got \"{}\"", s);
-}
 
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what) {
   std::vector<int32_t> ids;
@@ -83,30 +78,34 @@ std::string resolve_model_dir(const ModelOptions& m) {
   return find_demo_model(m.demo_dir);
 }
 
-std::unique_ptr<Engine> open_engine(const ModelOptions& m, const WorkloadShape& workload) {
-  EngineOptions eo;
-  eo.numerics = parse_numerics(m.numerics);
-  eo.threads = m.threads;
-  eo.ram = m.ram;
-  eo.workload = workload;
-  eo.store.backend = parse_io_backend(m.io);
-  return Engine::open(resolve_model_dir(m), eo);
+LoadOptions load_options(const ModelOptions& m, const WorkloadShape& workload) {
+  LoadOptions o;
+  o.ram = m.ram;
+  o.workload = workload;
+  o.engine.numerics = m.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
+  o.engine.threads = m.threads;
+  o.store.backend = parse_io_backend(m.io);
+  o.print_plan = true;
+  return o;
+}
+
+LoadedEngine open_engine(const ModelOptions& m, const WorkloadShape& workload) {
+  return load_engine(resolve_model_dir(m), load_options(m, workload));
 }
 
 LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload) {
-  parse_ram(m.ram);  // a bad --ram fails before any work
   const std::string dir = resolve_model_dir(m);
-  LoadedModel lm{dir, nullptr, text::Tokenizer::from_file(dir + "/tokenizer.json"), m.dir.empty()};
-  ModelOptions resolved = m;
-  resolved.dir = dir;
-  lm.engine = open_engine(resolved, workload);
+  LoadedModel lm{dir, {}, nullptr, text::Tokenizer::from_file(dir + "/tokenizer.json"), m.dir.empty()};
+  LoadedEngine loaded = load_engine(dir, load_options(m, workload));
+  lm.plan = loaded.plan;
+  lm.engine = std::move(loaded.engine);
   return lm;
 }
 
 WorkloadShape interactive_workload(const ModelOptions& m) {
   WorkloadShape w;
-  w.context_tokens = m.ctx > 0 ? m.ctx : 16384;
-  w.chunk_tokens = m.chunk > 0 ? m.chunk : 256;
+  w.context_tokens = m.ctx > 0 ? m.ctx : kInteractiveContextTokens;
+  w.chunk_tokens = resolve_chunk(m.chunk, w.context_tokens);
   return w;
 }
 
@@ -120,6 +119,14 @@ SamplingParams sampling_params(const std::string& model_dir, const SamplingOptio
   p.seed = s.seed ? *s.seed : std::random_device{}();
   p.validate();
   return p;
+}
+
+std::string expert_stats_line(const ExpertStats& s, uint64_t peak_rss) {
+  return fmt::format(
+      "dsv4: stats: experts {} requests, {:.1f}% hits, {} reads ({:.2f} GB at {:.2f} GB/s), {} stalls, {:.2f} s "
+      "blocked on I/O; peak RSS {}",
+      s.requests, 100.0 * s.hit_rate(), s.reads, s.bytes_read / 1e9, s.read_gbps(), s.stalls, s.blocked_seconds,
+      format_bytes(peak_rss));
 }
 
 std::string stats_line(const GenerationStats& s) {

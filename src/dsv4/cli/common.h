@@ -7,14 +7,15 @@
 #include <vector>
 
 #include "dsv4/cli/commands.h"
-#include "dsv4/experts/planner.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/generator.h"
+#include "dsv4/runtime/model_loader.h"
 #include "dsv4/text/tokenizer.h"
 
 namespace dsv4::cli {
 
-kernels::Numerics parse_numerics(const std::string& s);
+// The loader's options for these flags (numerics, threads, --ram, --io) and workload.
+LoadOptions load_options(const ModelOptions& m, const WorkloadShape& workload);
 
 // Token ids separated by whitespace and/or commas; `what` names the source in errors.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what);
@@ -23,11 +24,12 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
 // source tree, a tiny DeepSeek V4 trained on the King James Bible; DSV4_DEMO_DIR overrides).
 std::string resolve_model_dir(const ModelOptions& m);
 
-// Opens the engine under the --ram budget planned for `workload`.
-std::unique_ptr<Engine> open_engine(const ModelOptions& m, const WorkloadShape& workload);
+// Opens the engine under the --ram budget planned for `workload` (the plan's line on stderr).
+LoadedEngine open_engine(const ModelOptions& m, const WorkloadShape& workload);
 
 struct LoadedModel {
   std::string dir;
+  MemoryPlan plan;
   std::unique_ptr<Engine> engine;
   text::Tokenizer tokenizer;
   bool demo = false;
@@ -35,8 +37,15 @@ struct LoadedModel {
 // Tokenizer first (cheap, and a missing tokenizer.json fails before the weights load).
 LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload);
 
-// The workload of interactive use: the --ctx limit, else a default conversation length.
+// The context of run, chat and serve when --ctx is 0: a long conversation, not the model's
+// 1M-token maximum (the plan reserves session state for the whole context).
+inline constexpr int64_t kInteractiveContextTokens = 16384;
+
+// The workload of interactive use: the --ctx limit, else kInteractiveContextTokens.
 WorkloadShape interactive_workload(const ModelOptions& m);
+
+// "dsv4: stats: experts N requests, H% hits, ...; peak RSS X" (score, generate).
+std::string expert_stats_line(const ExpertStats& s, uint64_t peak_rss);
 
 SamplingParams sampling_params(const std::string& model_dir, const SamplingOptions& s);
 

@@ -150,9 +150,6 @@ nlohmann::json stats_json(const GenerationStats& s) {
           {"seed", s.seed}};
 }
 
-int64_t effective_context(const Engine& e, int64_t ctx) {
-  return ctx > 0 ? std::min(ctx, e.config().max_position_embeddings) : e.config().max_position_embeddings;
-}
 
 }  // namespace
 
@@ -196,7 +193,7 @@ int run(const RunOptions& o) {
     std::fputc('\n', stdout);
   }
   std::fflush(stdout);
-  report_finish(r, effective_context(*lm.engine, o.model.ctx));
+  report_finish(r, lm.engine->context_limit());
   fmt::print(stderr, "{}\n", stats_line(r.stats));
   return r.finish == FinishReason::kCancelled ? 130 : 0;
 }
@@ -232,7 +229,7 @@ int chat(const ChatOptions& o) {
   install_sigint();
   const bool tty = isatty(0) && isatty(1);
   ChatStyle style = o.style;
-  const int64_t limit = effective_context(*lm.engine, o.model.ctx);
+  const int64_t limit = lm.engine->context_limit();
 
   ChatSession conversation(*lm.engine, lm.tokenizer);
   conversation.reset(style.system);

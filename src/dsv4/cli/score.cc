@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "dsv4/cli/common.h"
-#include "dsv4/experts/planner.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 #include "dsv4/util/memory.h"
@@ -15,24 +14,23 @@ namespace {
 
 void print_expert_stats(Engine& engine, const ModelOptions& m) {
   if (m.quiet_stats) return;
-  std::fprintf(stderr, "%s\n", dsv4::stats_line(engine.experts().stats(), peak_rss_bytes()).c_str());
+  std::fprintf(stderr, "%s\n", expert_stats_line(engine.experts().stats(), peak_rss_bytes()).c_str());
 }
 
 }  // namespace
 
 int score(const ScoreOptions& o) {
-  parse_ram(o.model.ram);  // a bad --ram fails before any work
   std::vector<int32_t> tokens = parse_token_ids(read_small_file(o.tokens_file, 256 << 20), o.tokens_file);
   if (tokens.empty()) fail("{}: no token ids", o.tokens_file);
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(tokens.size());
-  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : workload.context_tokens;
+  workload.chunk_tokens = resolve_chunk(o.model.chunk, workload.context_tokens);
   workload.logit_rows = workload.context_tokens;
-  auto engine = open_engine(o.model, workload);
+  auto engine = open_engine(o.model, workload).engine;
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(tokens.size() * static_cast<size_t>(V));
   SessionState s = engine->new_session();
-  engine->forward(s, tokens, logits.data(), /*all_positions=*/true, o.model.chunk);
+  engine->forward(s, tokens, logits.data(), LogitRows::kAll);
   // Write to a temporary name first so a failed run never leaves a truncated file behind.
   const std::string tmp = o.logits_out + ".partial";
   {
@@ -48,23 +46,22 @@ int score(const ScoreOptions& o) {
 
 int generate(const GenerateOptions& o) {
   if (!o.greedy) fail("generate: only --greedy is supported here; use dsv4 run for sampling");
-  parse_ram(o.model.ram);
   const std::vector<int32_t>& prompt = o.tokens;
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(prompt.size()) + o.n;
-  workload.chunk_tokens = o.model.chunk > 0 ? o.model.chunk : static_cast<int64_t>(prompt.size());
-  auto engine = open_engine(o.model, workload);
+  workload.chunk_tokens = resolve_chunk(o.model.chunk, static_cast<int64_t>(prompt.size()));
+  auto engine = open_engine(o.model, workload).engine;
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
   SessionState s = engine->new_session();
-  engine->forward(s, prompt, logits.data(), /*all_positions=*/false, o.model.chunk);
+  engine->forward(s, prompt, logits.data(), LogitRows::kLast);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < o.n; ++i) {
     int32_t best = 0;
     for (int64_t v = 1; v < V; ++v)
       if (logits[v] > logits[best]) best = static_cast<int32_t>(v);
     out.push_back(best);
-    if (i + 1 < o.n) engine->forward(s, std::span<const int32_t>(&out.back(), 1), logits.data(), false);
+    if (i + 1 < o.n) engine->forward(s, std::span<const int32_t>(&out.back(), 1), logits.data(), LogitRows::kLast);
   }
   std::string line;
   for (size_t i = 0; i < out.size(); ++i) line += (i ? "," : "") + std::to_string(out[i]);

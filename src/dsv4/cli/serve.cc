@@ -105,7 +105,10 @@ std::string directory_name(const std::string& dir) {
 int serve(const ServeOptions& o) {
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
   SignalWatcher signals;
-  LoadedModel lm = load_model(o.model, interactive_workload(o.model));
+  // The prefix cache is part of the budget: its bound is planned inside --ram.
+  WorkloadShape workload = interactive_workload(o.model);
+  if (o.cache_entries > 0) workload.prefix_cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
+  LoadedModel lm = load_model(o.model, workload);
   if (lm.demo)
     fmt::print(stderr, "dsv4 serve: no -m given: serving the built-in demo model in {} (a tiny DeepSeek V4 trained on the King James Bible)\n",
                lm.dir);

@@ -11,7 +11,7 @@ namespace dsv4 {
 
 ExpertLayout::ExpertLayout(const Checkpoint& ck) {
   const ModelConfig& c = ck.config();
-  n_layers_ = static_cast<int>(c.layers.size());
+  n_layers_ = c.num_layers;  // main layers: nothing runs the MTP layer's experts yet
   n_experts_ = c.n_routed_experts;
   std::map<const SafetensorsFile*, int> shard_index;
   for (const auto& s : ck.shards()) {

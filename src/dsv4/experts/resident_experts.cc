@@ -69,7 +69,7 @@ class ResidentExperts final : public ExpertProvider {
   explicit ResidentExperts(const Checkpoint& ck) {
     const ModelConfig& c = ck.config();
     n_experts_ = c.n_routed_experts;
-    const int n_layers = static_cast<int>(c.layers.size());
+    const int n_layers = c.num_layers;  // the MTP layer's experts only when something runs it
     experts_.resize(static_cast<size_t>(n_layers) * n_experts_);
     BulkReader reader;
     for (int l = 0; l < n_layers; ++l) {

@@ -91,8 +91,7 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   }
   // The batched layout's padding rows (up to the next multiple of 8): zero activations.
   if (n % kActGroup) {
-    std::vector<int16_t> zero(static_cast<size_t>(in->padded_cols), 0);
-    for (int64_t i = n; i % kActGroup; ++i) scatter_qg(zero.data(), in->padded_cols, i, in->qg.data());
+    for (int64_t i = n; i % kActGroup; ++i) zero_qg_row(in->padded_cols, i, in->qg.data());
   }
   in->quantized = true;
 }
@@ -133,32 +132,39 @@ bool make_job(const Matrix& w, const QuantizedInput& in, float* y, Numerics nume
 
 void matmul_batch_with(const Table& t, const MatmulTask* tasks, int64_t count, Numerics numerics,
                        ThreadPool* pool) {
-  struct Piece {
-    int64_t job, r0, r1;
-  };
-  std::vector<MatmulJob> jobs;
-  std::vector<Piece> pieces;
+  // Up to kGroup products share one parallel_for; more are done a group at a time (each output
+  // is computed by one task either way, so the grouping never changes a bit). Fixed arrays:
+  // the forward pass calls this per expert, and it must not allocate.
+  constexpr int64_t kGroup = 16;
   const int threads = pool ? pool->size() : 1;
-  for (int64_t k = 0; k < count; ++k) {
-    const MatmulTask& tk = tasks[k];
-    if (!tk.w || !tk.in) fail("kernels: matmul_batch task {} has no matrix or input", k);
-    if (tk.in->cols != tk.w->cols)
-      fail("kernels: matmul_batch task {}: input has {} columns but the matrix is [{}, {}]", k, tk.in->cols,
-           tk.w->rows, tk.w->cols);
-    MatmulJob job;
-    if (!make_job(*tk.w, *tk.in, tk.y, numerics, tk.y_stride, &job)) continue;
-    jobs.push_back(job);
-    const int64_t grain = row_grain(*tk.w, tk.in->n, threads);
-    for (int64_t r = 0; r < tk.w->rows; r += grain)
-      pieces.push_back({static_cast<int64_t>(jobs.size()) - 1, r, std::min(tk.w->rows, r + grain)});
-  }
-  auto body = [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) t.matmul_rows(jobs[pieces[p].job], pieces[p].r0, pieces[p].r1);
-  };
-  if (pool && threads > 1 && pieces.size() > 1) {
-    pool->parallel_for(static_cast<int64_t>(pieces.size()), 1, body);
-  } else {
-    body(0, static_cast<int64_t>(pieces.size()));
+  for (int64_t g0 = 0; g0 < count; g0 += kGroup) {
+    MatmulJob jobs[kGroup];
+    int64_t grain[kGroup], first_piece[kGroup + 1] = {0};
+    int64_t n_jobs = 0;
+    for (int64_t k = g0; k < std::min(count, g0 + kGroup); ++k) {
+      const MatmulTask& tk = tasks[k];
+      if (!tk.w || !tk.in) fail("kernels: matmul_batch task {} has no matrix or input", k);
+      if (tk.in->cols != tk.w->cols)
+        fail("kernels: matmul_batch task {}: input has {} columns but the matrix is [{}, {}]", k, tk.in->cols,
+             tk.w->rows, tk.w->cols);
+      if (!make_job(*tk.w, *tk.in, tk.y, numerics, tk.y_stride, &jobs[n_jobs])) continue;
+      grain[n_jobs] = row_grain(*tk.w, tk.in->n, threads);
+      first_piece[n_jobs + 1] = first_piece[n_jobs] + ceil_div(tk.w->rows, grain[n_jobs]);
+      ++n_jobs;
+    }
+    const int64_t pieces = first_piece[n_jobs];
+    auto body = [&](int64_t b, int64_t e) {
+      for (int64_t p = b, j = 0; p < e; ++p) {
+        while (p >= first_piece[j + 1]) ++j;
+        const int64_t r0 = (p - first_piece[j]) * grain[j];
+        t.matmul_rows(jobs[j], r0, std::min(jobs[j].w.rows, r0 + grain[j]));
+      }
+    };
+    if (pool && threads > 1 && pieces > 1) {
+      pool->parallel_for(pieces, 1, body);
+    } else {
+      body(0, pieces);
+    }
   }
 }
 
@@ -211,6 +217,11 @@ void decode_row(const Matrix& w, int64_t r, float* out) {
       break;
     }
   }
+}
+
+uint64_t quantized_input_bytes(int64_t n, int64_t cols) {
+  const int64_t padded = ceil_div(cols, detail::kSpan) * detail::kSpan, blocks = n * ceil_div(cols, detail::kQBlock);
+  return static_cast<uint64_t>(2 * n * padded + 2 * detail::qg_elems(n, padded) + blocks * (4 + 4));
 }
 
 void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, QuantizedInput* in,

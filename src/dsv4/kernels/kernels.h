@@ -79,6 +79,10 @@ inline bool uses_quantized_input(const Matrix& w, Numerics numerics) {
   return numerics == Numerics::kFast && w.format == WeightFormat::kFP4;
 }
 
+// Bytes a QuantizedInput prepared with Numerics::kFast holds for [n, cols] activations (what
+// a caller that keeps one for reuse must budget; preparing a smaller input reuses it).
+uint64_t quantized_input_bytes(int64_t n, int64_t cols);
+
 // Prepares x for matmul(w, in, ...). Quantization only happens for Numerics::kFast (it is
 // what every later fast FP4 product uses); for kReference this just records x.
 void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, QuantizedInput* in,

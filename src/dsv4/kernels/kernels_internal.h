@@ -112,6 +112,12 @@ static inline void scatter_qg(const int16_t* q, int64_t padded_cols, int64_t i, 
   for (int64_t p = 0; p < padded_cols / 2; ++p) std::memcpy(base + p * 2 * kActGroup, q + 2 * p, 4);
 }
 
+// Row i of the batched layout set to zero (the padding rows up to a multiple of kActGroup).
+static inline void zero_qg_row(int64_t padded_cols, int64_t i, int16_t* qg) {
+  int16_t* base = qg + (i / kActGroup) * kActGroup * padded_cols + (i % kActGroup) * 2;
+  for (int64_t p = 0; p < padded_cols / 2; ++p) std::memset(base + p * 2 * kActGroup, 0, 4);
+}
+
 // Output of quantize_rows: whole-array base pointers (see QuantizedInput).
 struct QuantPlanes {
   int8_t* q;

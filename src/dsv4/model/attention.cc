@@ -2,126 +2,150 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <vector>
 
 #include "dsv4/model/compressor.h"
 #include "dsv4/model/ops.h"
+#include "dsv4/model/rope.h"
 #include "dsv4/util/thread_pool.h"
 
 namespace dsv4 {
 namespace {
 
-// softmax([s_0..s_{n-1}, sink]) with the sink column dropped, then o = sum_j p_j · kv_j.
-void attend(const float* q, const float* const* kv, int n, int hd, float sink, float scale, float* o, float* s) {
+// Query path: x [T, D] -> ws.qr [T, q_lora] (normalized; the lightning indexer reads it too)
+// -> ws.q [T, H, hd], each head RMS-normalized (no weight) and roped at its position.
+void query_path(const Pass& p, const LayerWeights& L, const float* x) {
+  const AttentionWeights& a = L.attn;
+  const int64_t T = p.T, QL = p.c.q_lora_rank;
+  const int H = p.c.num_heads, hd = p.c.head_dim;
+  const float eps = static_cast<float>(p.c.rms_norm_eps);
+  float* qr = p.ws.qr.data();
+  float* q = p.ws.q.data();
+  kernels::matmul(a.wq_a, x, T, qr, p.numerics, &p.pool);
+  ops::rms_norm_rows(qr, a.q_norm.data(), T, QL, eps, qr);
+  kernels::matmul(a.wq_b, qr, T, q, p.numerics, &p.pool);
+  const Rope& rope = p.rope(L.spec);
+  for (int64_t t = 0; t < T; ++t) {
+    float* qt = q + t * H * hd;
+    for (int h = 0; h < H; ++h) {
+      ops::rms_norm(qt + h * hd, nullptr, hd, eps, qt + h * hd);
+      rope.rotate(qt + h * hd, hd, p.cos(L.spec, t), p.sin(L.spec, t));
+    }
+  }
+}
+
+// Window kv: ws.kv_rows [n_prev + T, hd] = the previous (window - 1) positions from the ring,
+// then the pass's own kv = RoPE(RMSNorm(wkv · x)); the ring keeps the last window positions.
+// Returns n_prev (kv_rows row 0 is position pos0 - n_prev).
+int64_t window_rows(const Pass& p, const LayerWeights& L, const float* x, LayerState& st) {
+  const AttentionWeights& a = L.attn;
+  const int64_t T = p.T, pos0 = p.pos0;
+  const int hd = p.c.head_dim, W = p.c.sliding_window;
+  const int64_t n_prev = std::min<int64_t>(pos0, W - 1);
+  const int64_t kv_base = pos0 - n_prev;
+  float* kv_rows = p.ws.kv_rows.data();
+  for (int64_t i = 0; i < n_prev; ++i)
+    std::copy_n(st.window_kv.data() + ((kv_base + i) % W) * hd, hd, kv_rows + i * hd);
+  float* kv_new = kv_rows + n_prev * hd;
+  kernels::matmul(a.wkv, x, T, kv_new, p.numerics, &p.pool);
+  const Rope& rope = p.rope(L.spec);
+  const float eps = static_cast<float>(p.c.rms_norm_eps);
+  for (int64_t t = 0; t < T; ++t) {
+    float* kvt = kv_new + t * hd;
+    ops::rms_norm(kvt, a.kv_norm.data(), hd, eps, kvt);
+    rope.rotate(kvt, hd, p.cos(L.spec, t), p.sin(L.spec, t));
+  }
+  for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t)
+    std::copy_n(kv_new + t * hd, hd, st.window_kv.data() + ((pos0 + t) % W) * hd);
+  return n_prev;
+}
+
+// Compressed entries, emitted before attention so a just-completed window is visible; on CSA
+// layers the lightning indexer then picks each query's entries (ws.picks).
+void compressed_entries(const Pass& p, const LayerWeights& L, const float* x, LayerState& st) {
+  const AttentionWeights& a = L.attn;
+  if (!a.compressor) return;
+  compress_tokens(p, *a.compressor, x, st.compressor);
+  if (!a.indexer) return;
+  compress_tokens(p, a.indexer->compressor, x, st.indexer);
+  index_select(p, L.spec, *a.indexer, x, p.ws.qr.data(), st.indexer);
+}
+
+// softmax([s_0..s_{n-1}, sink]) with the sink column dropped, then o = sum_j p_j · kv_j, over
+// the rows row(0..n-1) in order: the window's positions ascending, then the entries.
+template <typename Row>
+void attend(const float* q, int n, const Row& row, int hd, float sink, float scale, float* o, float* s) {
   float mx = sink;
   for (int j = 0; j < n; ++j) {
-    s[j] = kernels::dot(q, kv[j], hd) * scale;
+    s[j] = kernels::dot(q, row(j), hd) * scale;
     mx = std::max(mx, s[j]);
   }
   float denom = std::exp(sink - mx);
   for (int j = 0; j < n; ++j) denom += (s[j] = std::exp(s[j] - mx));
   std::fill(o, o + hd, 0.0f);
-  for (int j = 0; j < n; ++j) kernels::axpy(s[j] / denom, kv[j], o, hd);
+  for (int j = 0; j < n; ++j) kernels::axpy(s[j] / denom, row(j), o, hd);
+}
+
+// Core attention: ws.o [T, H, hd], one task per (token, head), so every output is computed by
+// one task; each chunk of tasks has its own slice of score scratch.
+void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, int64_t n_prev) {
+  const AttentionWeights& a = L.attn;
+  ForwardWorkspace& ws = p.ws;
+  const int H = p.c.num_heads, hd = p.c.head_dim, W = p.c.sliding_window, ratio = L.spec.compress_ratio;
+  const int64_t kv_base = p.pos0 - n_prev, n_items = p.T * H;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Rope& rope = p.rope(L.spec);
+  const CompressorState* comp = a.compressor ? &st.compressor : nullptr;
+  const int64_t grain = (n_items + ws.scratch_slots - 1) / ws.scratch_slots;
+  p.pool.parallel_for(n_items, grain, [&](int64_t i0, int64_t i1) {
+    float* scores = ws.attend_scores.data() + (i0 / grain) * ws.attend_rows;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / H, pos = p.pos0 + t;
+      const int h = static_cast<int>(i % H);
+      const int64_t first = std::max<int64_t>(0, pos - W + 1);
+      const int n_window = static_cast<int>(pos - first + 1);
+      const float* window = ws.kv_rows.data() + (first - kv_base) * hd;
+      const int32_t* picks = nullptr;
+      int n_entries = 0;
+      if (comp && a.indexer) {
+        picks = ws.picks.data() + t * p.c.index_topk;
+        n_entries = ws.pick_count[t];
+      } else if (comp) {
+        n_entries = static_cast<int>(std::min<int64_t>(comp->n_entries, (pos + 1) / ratio));
+      }
+      auto row = [&](int j) {
+        if (j < n_window) return window + int64_t(j) * hd;
+        const int64_t e = picks ? picks[j - n_window] : j - n_window;
+        return comp->entries.data() + e * hd;
+      };
+      float* oh = ws.o.data() + (t * H + h) * hd;
+      attend(ws.q.data() + (t * H + h) * hd, n_window + n_entries, row, hd, a.sink[h], scale, oh, scores);
+      rope.rotate(oh, hd, p.cos(L.spec, t), p.sin(L.spec, t), /*inverse=*/true);
+    }
+  });
+}
+
+// Grouped low-rank output projection: group g = heads [g·H/G, (g+1)·H/G) -> z [T, G·R] ->
+// out = wo_b · z [T, D].
+void grouped_output(const Pass& p, const AttentionWeights& a, float* out) {
+  const int G = p.c.o_groups, R = p.c.o_lora_rank;
+  const int64_t T = p.T, H = p.c.num_heads, hd = p.c.head_dim, group_width = (H / G) * hd;
+  float* og = p.ws.og.data();
+  float* z = p.ws.z.data();
+  for (int g = 0; g < G; ++g) {
+    for (int64_t t = 0; t < T; ++t) std::copy_n(p.ws.o.data() + t * H * hd + g * group_width, group_width, og + t * group_width);
+    kernels::matmul(a.wo_a[g], og, T, z + g * R, p.numerics, &p.pool, int64_t(G) * R);
+  }
+  kernels::matmul(a.wo_b, z, T, out, p.numerics, &p.pool);
 }
 
 }  // namespace
 
-void attention(const ModelConfig& c, const LayerWeights& L, const Rope& rope, const float* x, int64_t T,
-               int64_t pos0, kernels::Numerics numerics, ThreadPool* pool, LayerState* state, float* out) {
-  const AttentionWeights& a = L.attn;
-  const int H = c.num_heads, hd = c.head_dim, W = c.sliding_window;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const int64_t QL = c.q_lora_rank;
-
-  // Query low-rank path; qr is shared with the lightning indexer.
-  std::vector<float> qr(static_cast<size_t>(T * QL));
-  kernels::matmul(a.wq_a, x, T, qr.data(), numerics, pool);
-  for (int64_t t = 0; t < T; ++t) ops::rms_norm(qr.data() + t * QL, a.q_norm.data(), QL, eps, qr.data() + t * QL);
-  std::vector<float> q(static_cast<size_t>(T * H * hd));
-  kernels::matmul(a.wq_b, qr.data(), T, q.data(), numerics, pool);
-
-  // Window kv of the chunk's tokens, appended after the previous (window - 1) tokens.
-  const int64_t n_prev = std::min<int64_t>(pos0, W - 1);
-  const int64_t kv_base = pos0 - n_prev;  // position of kv_rows row 0
-  std::vector<float> kv_rows(static_cast<size_t>((n_prev + T) * hd));
-  if (state->window_kv.empty()) state->window_kv.assign(static_cast<size_t>(W) * hd, 0.0f);
-  for (int64_t i = 0; i < n_prev; ++i)
-    std::copy_n(state->window_kv.data() + ((kv_base + i) % W) * hd, hd, kv_rows.data() + i * hd);
-  float* kv_new = kv_rows.data() + n_prev * hd;
-  kernels::matmul(a.wkv, x, T, kv_new, numerics, pool);
-
-  std::vector<RopeAngles> angles(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    angles[t] = rope.angles(pos0 + t);
-    float* kvt = kv_new + t * hd;
-    ops::rms_norm(kvt, a.kv_norm.data(), hd, eps, kvt);
-    rope.rotate(kvt, hd, angles[t]);
-    float* qt = q.data() + t * H * hd;
-    for (int h = 0; h < H; ++h) {
-      ops::rms_norm(qt + h * hd, nullptr, hd, eps, qt + h * hd);
-      rope.rotate(qt + h * hd, hd, angles[t]);
-    }
-  }
-  for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t)
-    std::copy_n(kv_new + t * hd, hd, state->window_kv.data() + ((pos0 + t) % W) * hd);
-
-  // Compressed entries (emitted before attention, so a just-completed window is visible).
-  std::vector<std::vector<int32_t>> picks;
-  const CompressorState* comp = nullptr;
-  if (a.compressor) {
-    compress_tokens(c, *a.compressor, rope, x, T, pos0, pool, &state->compressor);
-    comp = &state->compressor;
-    if (a.indexer) {
-      compress_tokens(c, a.indexer->compressor, rope, x, T, pos0, pool, &state->indexer);
-      picks = index_select(c, *a.indexer, rope, x, qr.data(), T, pos0, state->indexer, numerics, pool);
-    }
-  }
-
-  // Core attention, one task per (token, head): every output is computed by one task.
-  std::vector<float> o(static_cast<size_t>(T * H * hd));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int ratio = L.spec.compress_ratio;
-  auto per_token_head = [&](int64_t i0, int64_t i1) {
-    std::vector<const float*> rows;
-    std::vector<float> scratch;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / H;
-      const int h = static_cast<int>(i % H);
-      const int64_t pos = pos0 + t;
-      rows.clear();
-      for (int64_t p = std::max<int64_t>(0, pos - W + 1); p <= pos; ++p) rows.push_back(kv_rows.data() + (p - kv_base) * hd);
-      if (comp) {
-        if (a.indexer) {
-          for (int32_t e : picks[t]) rows.push_back(comp->entries.data() + int64_t(e) * hd);
-        } else {
-          const int64_t visible = std::min<int64_t>(comp->n_entries, (pos + 1) / ratio);
-          for (int64_t e = 0; e < visible; ++e) rows.push_back(comp->entries.data() + e * hd);
-        }
-      }
-      scratch.resize(rows.size());
-      float* oh = o.data() + (t * H + h) * hd;
-      attend(q.data() + (t * H + h) * hd, rows.data(), static_cast<int>(rows.size()), hd, a.sink[h], scale, oh,
-             scratch.data());
-      rope.rotate(oh, hd, angles[t], /*inverse=*/true);
-    }
-  };
-  if (pool) {
-    pool->parallel_for(T * H, 1, per_token_head);
-  } else {
-    per_token_head(0, T * H);
-  }
-
-  // Grouped low-rank output projection: group g = heads [g·H/G, (g+1)·H/G).
-  const int G = c.o_groups, R = c.o_lora_rank;
-  const int64_t group_width = int64_t(H / G) * hd;
-  std::vector<float> og(static_cast<size_t>(T * group_width)), z(static_cast<size_t>(T * G * R));
-  for (int g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(o.data() + t * H * hd + g * group_width, group_width, og.data() + t * group_width);
-    kernels::matmul(a.wo_a[g], og.data(), T, z.data() + g * R, numerics, pool, int64_t(G) * R);
-  }
-  kernels::matmul(a.wo_b, z.data(), T, out, numerics, pool);
+void attention(const Pass& p, const LayerWeights& L, const float* x, LayerState& state, float* out) {
+  query_path(p, L, x);
+  const int64_t n_prev = window_rows(p, L, x, state);
+  compressed_entries(p, L, x, state);
+  attend_heads(p, L, state, n_prev);
+  grouped_output(p, L.attn, out);
 }
 
 }  // namespace dsv4

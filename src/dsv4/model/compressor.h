@@ -14,29 +14,20 @@
 // the top-k visible entries by score are the compressed entries the query attends to.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
-#include "dsv4/io/config.h"
-#include "dsv4/kernels/kernels.h"
-#include "dsv4/model/rope.h"
 #include "dsv4/model/session.h"
 #include "dsv4/model/weights.h"
+#include "dsv4/model/workspace.h"
 
 namespace dsv4 {
 
-class ThreadPool;
+// Feeds the pass's T tokens (normalized sub-block input x [T, D]) through a compressor,
+// appending every entry whose window completes to state.entries.
+void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, CompressorState& state);
 
-// Feeds T tokens (normalized sub-block input x [T, D] at positions pos0..pos0+T-1) through
-// a compressor, appending every entry whose window completes to state->entries.
-void compress_tokens(const ModelConfig& c, const CompressorWeights& w, const Rope& rope, const float* x, int64_t T,
-                     int64_t pos0, ThreadPool* pool, CompressorState* state);
-
-// For each of the T queries, the indices of the compressed entries it attends to
-// (sorted ascending), chosen by the lightning indexer among the visible ones.
-std::vector<std::vector<int32_t>> index_select(const ModelConfig& c, const IndexerWeights& w, const Rope& rope,
-                                               const float* x, const float* qr, int64_t T, int64_t pos0,
-                                               const CompressorState& keys, kernels::Numerics numerics,
-                                               ThreadPool* pool);
+// For each of the T queries of layer `spec`, the compressed entries it attends to, chosen by
+// the lightning indexer among the visible ones: ws.picks [T, index_topk] (ascending) and
+// ws.pick_count [T].
+void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w, const float* x, const float* qr,
+                  const CompressorState& keys);
 
 }  // namespace dsv4

@@ -1,23 +1,22 @@
 // The engine: loaded weights (dense part resident, routed experts behind an
-// ExpertProvider) and the forward pass. Sessions hold all per-sequence state, so several
-// sessions can share one engine; forward calls are serialized by the engine.
+// ExpertProvider), the forward workspace and the forward pass. Sessions hold all
+// per-sequence state, so several sessions can share one engine; forward calls are
+// serialized by the engine. Building one from a checkpoint directory and a RAM budget is the
+// model loader's job (runtime/model_loader.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
-#include <string>
-#include <vector>
 
 #include "dsv4/experts/expert_provider.h"
-#include "dsv4/experts/planner.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/kernels/kernels.h"
 #include "dsv4/model/rope.h"
 #include "dsv4/model/session.h"
 #include "dsv4/model/weights.h"
+#include "dsv4/model/workspace.h"
 #include "dsv4/util/thread_pool.h"
 
 namespace dsv4 {
@@ -32,52 +31,60 @@ enum class ExpertLookahead : uint8_t { kOff, kExact, kAll };
 struct EngineOptions {
   kernels::Numerics numerics = kernels::Numerics::kFast;
   int threads = 0;  // 0: all available CPUs
-  // Routed experts. Unset: all resident (no planning). Set (--ram: "12G", "min", "" for the
-  // default share of available memory): the planner sizes an SSD expert cache from this
-  // process budget, prints its one-line plan on stderr, and refuses a budget below the
-  // minimum before any weight is loaded.
-  std::optional<std::string> ram;
-  WorkloadShape workload;     // what the reserve for KV state and activations must cover
-  ExpertStoreOptions store;   // I/O backend, queue depth (slots come from the plan)
   ExpertLookahead lookahead = ExpertLookahead::kAll;
-  bool print_plan = true;
+  // The workspace's shape: rows (tokens) per forward pass and the longest sequence a session
+  // may reach. Longer inputs are fed in passes of max_rows; a longer session is refused.
+  int64_t max_rows = 512;
+  int64_t context = 4096;
 };
+
+// Which logits a forward call returns.
+enum class LogitRows : uint8_t { kLast, kAll };
 
 class Engine {
  public:
-  // Opens and validates the checkpoint and loads the dense weights. With no provider the
-  // routed experts are read into RAM.
-  static std::unique_ptr<Engine> open(const std::string& dir, const EngineOptions& options,
-                                      std::unique_ptr<ExpertProvider> experts = nullptr);
+  // The checkpoint (opened and validated), the options and the routed experts; loads the
+  // dense weights and allocates the workspace.
+  static std::unique_ptr<Engine> create(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions& options,
+                                        std::unique_ptr<ExpertProvider> experts);
 
-  const ModelConfig& config() const { return checkpoint_.config(); }
-  const Checkpoint& checkpoint() const { return checkpoint_; }
-  const ModelWeights& weights() const { return weights_; }
+  const ModelConfig& config() const { return checkpoint_->config(); }
   ExpertProvider& experts() { return *experts_; }
   kernels::Numerics numerics() const { return options_.numerics; }
-  // The RAM plan, if the engine was opened with a budget.
-  const std::optional<MemoryPlan>& memory_plan() const { return plan_; }
   int threads() const { return pool_.size(); }
+  // The longest sequence a session of this engine may reach, and the most tokens one pass
+  // carries (the workspace's shape).
+  int64_t context_limit() const { return workspace_.context; }
+  int64_t max_rows() const { return workspace_.max_rows; }
 
+  // A fresh session, its state allocated for context_limit() tokens.
   SessionState new_session() const;
 
-  // Feeds `tokens` to the session in chunks of at most `chunk` tokens (0 = one chunk).
-  // logits: null, or [tokens.size(), vocab] (all_positions) / [vocab] (last position only).
-  // Throws Error on a token id outside the vocabulary or a session past the context limit.
-  void forward(SessionState& session, std::span<const int32_t> tokens, float* logits, bool all_positions,
+  // Feeds `tokens` to the session in passes of at most `chunk` tokens (0 or more than the
+  // workspace holds: the workspace's max_rows). logits: null, or [tokens.size(), vocab]
+  // (kAll) / [vocab] (kLast). Throws Error on a token id outside the vocabulary or a session
+  // past the context limit.
+  void forward(SessionState& session, std::span<const int32_t> tokens, float* logits, LogitRows rows,
                int64_t chunk = 0);
 
  private:
-  Engine(Checkpoint ck, const EngineOptions& options, std::unique_ptr<ExpertProvider> experts);
-  void forward_chunk(SessionState& s, std::span<const int32_t> tokens, float* logits, bool all_positions);
+  Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions& options,
+         std::unique_ptr<ExpertProvider> experts);
+  // One pass of T <= max_rows tokens: embed -> layers -> (logits) hc_head -> norm -> head.
+  void forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows);
+  void embed(const Pass& p, std::span<const int32_t> tokens);
+  void layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state);
+  void head(const Pass& p, LogitRows rows, float* logits);
+  // Hands the provider a guess of layer l's routed experts (never changes results).
+  void guess_experts(const Pass& p, int l, std::span<const int32_t> tokens);
 
-  Checkpoint checkpoint_;
+  std::unique_ptr<const Checkpoint> checkpoint_;  // first: the weights and experts point into it
   EngineOptions options_;
-  std::optional<MemoryPlan> plan_;  // before weights_: a refused budget fails before loading
   ModelWeights weights_;
   std::unique_ptr<ExpertProvider> experts_;
-  std::vector<Rope> ropes_;  // per layer
+  Rope ropes_[2];  // sliding-only layers, compressed layers
   ThreadPool pool_;
+  ForwardWorkspace workspace_;
   std::mutex forward_mutex_;
 };
 

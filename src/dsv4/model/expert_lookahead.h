@@ -16,15 +16,14 @@
 #include <span>
 
 #include "dsv4/experts/expert_provider.h"
-#include "dsv4/io/config.h"
 #include "dsv4/model/weights.h"
+#include "dsv4/model/workspace.h"
 
 namespace dsv4 {
 
-class ThreadPool;
-
 // X: [T, hc, D] streams. Calls experts.predict(layer.spec.index, guess), most likely first.
-void predict_layer_experts(const ModelConfig& c, const LayerWeights& layer, const float* X,
-                           std::span<const int32_t> tokens, ThreadPool* pool, ExpertProvider& experts);
+// Uses the workspace's x, mix and router buffers (none is live between sub-blocks).
+void predict_layer_experts(const Pass& p, const LayerWeights& layer, const float* X, std::span<const int32_t> tokens,
+                           ExpertProvider& experts);
 
 }  // namespace dsv4

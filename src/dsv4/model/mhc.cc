@@ -4,18 +4,19 @@
 #include <cmath>
 
 #include "dsv4/model/ops.h"
+#include "dsv4/util/thread_pool.h"
 
 namespace dsv4 {
 namespace {
 
-// m[T, rows] = fn · rmsnorm(flatten(X_t)) for every token (unweighted RMS norm over hc·D).
-std::vector<float> stream_mixes(const ModelConfig& c, const Matrix& fn, const float* X, int64_t T, ThreadPool* pool) {
-  const int64_t width = int64_t(c.hc_mult) * c.hidden_size;
-  std::vector<float> normed(static_cast<size_t>(T * width));
-  for (int64_t t = 0; t < T; ++t)
-    ops::rms_norm(X + t * width, nullptr, width, static_cast<float>(c.rms_norm_eps), normed.data() + t * width);
-  std::vector<float> m(static_cast<size_t>(T * fn.rows));
-  kernels::matmul(fn, normed.data(), T, m.data(), kernels::Numerics::kReference, pool);
+// ws.mix_m [T, fn.rows] = fn · rmsnorm(flatten(X_t)) for every token (unweighted RMS norm
+// over hc·D).
+const float* stream_mixes(const Pass& p, const Matrix& fn, const float* X, int64_t T) {
+  const int64_t width = int64_t(p.c.hc_mult) * p.c.hidden_size;
+  float* normed = p.ws.mix_normed.data();
+  ops::rms_norm_rows(X, nullptr, T, width, static_cast<float>(p.c.rms_norm_eps), normed);
+  float* m = p.ws.mix_m.data();
+  kernels::matmul(fn, normed, T, m, kernels::Numerics::kReference, &p.pool);
   return m;
 }
 
@@ -61,39 +62,37 @@ void collapse(const float* X, const float* pre, int hc, int64_t D, float* out) {
 
 }  // namespace
 
-void hc_pre(const ModelConfig& c, const HyperConnectionWeights& w, const float* X, int64_t T, ThreadPool* pool,
-            HcMix* mix, float* x_out) {
-  const int hc = c.hc_mult;
-  const int64_t D = c.hidden_size;
-  const float eps = static_cast<float>(c.hc_eps);
-  std::vector<float> m = stream_mixes(c, w.fn, X, T, pool);
+HcMix workspace_mix(ForwardWorkspace& ws) { return {ws.mix_pre.data(), ws.mix_post.data(), ws.mix_comb.data()}; }
+
+void hc_pre(const Pass& p, const HyperConnectionWeights& w, const float* X, HcMix mix, float* x_out) {
+  const int hc = p.c.hc_mult;
+  const int64_t D = p.c.hidden_size, T = p.T;
+  const float eps = static_cast<float>(p.c.hc_eps);
+  const float* m = stream_mixes(p, w.fn, X, T);
   const int64_t n_mix = w.fn.rows;  // (2 + hc) * hc
-  mix->pre.resize(static_cast<size_t>(T * hc));
-  mix->post.resize(static_cast<size_t>(T * hc));
-  mix->comb.resize(static_cast<size_t>(T * hc * hc));
   for (int64_t t = 0; t < T; ++t) {
-    const float* mt = m.data() + t * n_mix;
-    float* pre = mix->pre.data() + t * hc;
-    float* post = mix->post.data() + t * hc;
-    float* C = mix->comb.data() + t * hc * hc;
+    const float* mt = m + t * n_mix;
+    float* pre = mix.pre + t * hc;
+    float* post = mix.post + t * hc;
+    float* C = mix.comb + t * hc * hc;
     for (int j = 0; j < hc; ++j) {
       pre[j] = ops::sigmoid(mt[j] * w.scale[0] + w.base[j]) + eps;
       post[j] = 2.0f * ops::sigmoid(mt[hc + j] * w.scale[1] + w.base[hc + j]);
     }
     for (int i = 0; i < hc * hc; ++i) C[i] = mt[2 * hc + i] * w.scale[2] + w.base[2 * hc + i];
-    sinkhorn(C, hc, c.hc_sinkhorn_iters, eps);
+    sinkhorn(C, hc, p.c.hc_sinkhorn_iters, eps);
     collapse(X + t * hc * D, pre, hc, D, x_out + t * D);
   }
 }
 
-void hc_post(const ModelConfig& c, const HcMix& mix, const float* y, int64_t T, float* X) {
-  const int hc = c.hc_mult;
-  const int64_t D = c.hidden_size;
-  std::vector<float> out(static_cast<size_t>(hc * D));
-  for (int64_t t = 0; t < T; ++t) {
+void hc_post(const Pass& p, HcMix mix, const float* y, float* X) {
+  const int hc = p.c.hc_mult;
+  const int64_t D = p.c.hidden_size;
+  float* out = p.ws.mix_out.data();  // [hc, D]
+  for (int64_t t = 0; t < p.T; ++t) {
     float* Xt = X + t * hc * D;
-    const float* post = mix.post.data() + t * hc;
-    const float* C = mix.comb.data() + t * hc * hc;
+    const float* post = mix.post + t * hc;
+    const float* C = mix.comb + t * hc * hc;
     const float* yt = y + t * D;
     for (int k = 0; k < hc; ++k) {
       for (int64_t d = 0; d < D; ++d) {
@@ -102,20 +101,20 @@ void hc_post(const ModelConfig& c, const HcMix& mix, const float* y, int64_t T, 
         out[k * D + d] = post[k] * yt[d] + acc;
       }
     }
-    std::copy(out.begin(), out.end(), Xt);
+    std::copy_n(out, hc * D, Xt);
   }
 }
 
-void hc_head(const ModelConfig& c, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,
-             const float* X, int64_t T, ThreadPool* pool, float* x_out) {
-  const int hc = c.hc_mult;
-  const int64_t D = c.hidden_size;
-  std::vector<float> m = stream_mixes(c, fn, X, T, pool);
-  std::vector<float> pre(static_cast<size_t>(hc));
-  for (int64_t t = 0; t < T; ++t) {
+void hc_head(const Pass& p, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,
+             const float* X, int64_t rows, float* x_out) {
+  const int hc = p.c.hc_mult;
+  const int64_t D = p.c.hidden_size;
+  const float* m = stream_mixes(p, fn, X, rows);
+  float* pre = p.ws.mix_pre.data();  // [hc] per token
+  for (int64_t t = 0; t < rows; ++t) {
     for (int j = 0; j < hc; ++j)
-      pre[j] = ops::sigmoid(m[t * hc + j] * scale[0] + base[j]) + static_cast<float>(c.hc_eps);
-    collapse(X + t * hc * D, pre.data(), hc, D, x_out + t * D);
+      pre[j] = ops::sigmoid(m[t * hc + j] * scale[0] + base[j]) + static_cast<float>(p.c.hc_eps);
+    collapse(X + t * hc * D, pre, hc, D, x_out + t * D);
   }
 }
 

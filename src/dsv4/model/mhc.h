@@ -8,32 +8,24 @@
 #include <cstdint>
 #include <vector>
 
-#include "dsv4/io/config.h"
-#include "dsv4/kernels/kernels.h"
 #include "dsv4/model/weights.h"
+#include "dsv4/model/workspace.h"
 
 namespace dsv4 {
 
-class ThreadPool;
+// The workspace's mix buffers.
+HcMix workspace_mix(ForwardWorkspace& ws);
 
-// Per-token mixing coefficients of one sub-block.
-struct HcMix {
-  std::vector<float> pre;   // [T, hc]
-  std::vector<float> post;  // [T, hc]
-  std::vector<float> comb;  // [T, hc, hc], row-major C[j][k]
-};
-
-// X: [T, hc, D]. Computes the mixes for every token and the collapsed sub-block input
+// X: [T, hc, D]. Computes every token's mixes into `mix` and the collapsed sub-block input
 // x_out [T, D].
-void hc_pre(const ModelConfig& c, const HyperConnectionWeights& w, const float* X, int64_t T, ThreadPool* pool,
-            HcMix* mix, float* x_out);
+void hc_pre(const Pass& p, const HyperConnectionWeights& w, const float* X, HcMix mix, float* x_out);
 
-// Updates X in place: X'_k = post_k·y + sum_j C[j,k]·X_j.
-void hc_post(const ModelConfig& c, const HcMix& mix, const float* y, int64_t T, float* X);
+// Updates X [T, hc, D] in place: X'_k = post_k·y + sum_j C[j,k]·X_j.
+void hc_post(const Pass& p, HcMix mix, const float* y, float* X);
 
-// Final collapse of the streams before the output norm: x = sum_j pre_j X_j with
-// pre = sigmoid(m·scale + base) + eps, m = hc_fn · rmsnorm(flatten(X)).
-void hc_head(const ModelConfig& c, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,
-             const float* X, int64_t T, ThreadPool* pool, float* x_out);
+// Final collapse of the streams of `rows` tokens before the output norm: x = sum_j pre_j X_j
+// with pre = sigmoid(m·scale + base) + eps, m = hc_fn · rmsnorm(flatten(X)).
+void hc_head(const Pass& p, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,
+             const float* X, int64_t rows, float* x_out);
 
 }  // namespace dsv4

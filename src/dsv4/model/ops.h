@@ -19,6 +19,11 @@ inline void rms_norm(const float* x, const float* weight, int64_t n, float eps, 
   }
 }
 
+// rms_norm of each of `rows` rows of n values (in place when out == x).
+inline void rms_norm_rows(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * n, weight, n, eps, out + r * n);
+}
+
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 // torch.nn.functional.softplus with beta 1 and threshold 20.

@@ -35,28 +35,19 @@ Rope::Rope(int rope_dim, double theta, const YarnConfig& yarn) : rope_dim_(rope_
   }
 }
 
-Rope Rope::for_layer(const ModelConfig& c, const LayerSpec& l) {
-  if (l.compress_ratio == 0) return Rope(c.rope_dim, c.rope_theta, YarnConfig{});
-  return Rope(c.rope_dim, c.compress_rope_theta, c.yarn);
-}
-
-RopeAngles Rope::angles(int64_t pos) const {
-  RopeAngles a;
-  a.cos.resize(inv_freq_.size());
-  a.sin.resize(inv_freq_.size());
+void Rope::angles(int64_t pos, float* cos, float* sin) const {
   const float p = static_cast<float>(pos);
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
     float angle = inv_freq_[i] * p;  // one float32 rounding, as the reference
-    a.cos[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-    a.sin[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    cos[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    sin[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
   }
-  return a;
 }
 
-void Rope::rotate(float* v, int width, const RopeAngles& a, bool inverse) const {
+void Rope::rotate(float* v, int width, const float* cos, const float* sin, bool inverse) const {
   float* r = v + (width - rope_dim_);
   for (int i = 0; i < rope_dim_ / 2; ++i) {
-    float c = a.cos[i], s = inverse ? -a.sin[i] : a.sin[i];
+    float c = cos[i], s = inverse ? -sin[i] : sin[i];
     float re = r[2 * i], im = r[2 * i + 1];
     r[2 * i] = re * c - im * s;
     r[2 * i + 1] = re * s + im * c;

@@ -11,30 +11,23 @@
 
 namespace dsv4 {
 
-// cos/sin of pos·freq_i for one position, computed once and reused for every head.
-struct RopeAngles {
-  std::vector<float> cos, sin;
-};
-
 class Rope {
  public:
   Rope() = default;
-  // Plain RoPE, or YaRN-scaled when `yarn.enabled`.
+  // Plain RoPE, or YaRN-scaled when `yarn.enabled`. A model has two: sliding-only layers use
+  // (rope_theta, no YaRN), compressed layers (compress_rope_theta, YaRN).
   Rope(int rope_dim, double theta, const YarnConfig& yarn);
 
-  static Rope for_layer(const ModelConfig& c, const LayerSpec& l);
-
   int dim() const { return rope_dim_; }
-  RopeAngles angles(int64_t pos) const;
-  // Rotates the last rope_dim entries of v[0..width) by +pos (inverse=false) or -pos.
-  void rotate(float* v, int width, const RopeAngles& a, bool inverse = false) const;
-  void apply(float* v, int width, int64_t pos, bool inverse = false) const { rotate(v, width, angles(pos), inverse); }
-
-  const std::vector<float>& inv_freq() const { return inv_freq_; }
+  int pairs() const { return rope_dim_ / 2; }
+  // cos / sin of pos·freq_i for i < pairs(): computed once per position, shared by every head.
+  void angles(int64_t pos, float* cos, float* sin) const;
+  // Rotates the last dim() entries of v[0..width) by the angles (inverse: by their negation).
+  void rotate(float* v, int width, const float* cos, const float* sin, bool inverse = false) const;
 
  private:
   int rope_dim_ = 0;
-  std::vector<float> inv_freq_;  // rope_dim/2 entries, float32 as the reference computes them
+  std::vector<float> inv_freq_;  // pairs() entries, float32 as the reference computes them
 };
 
 }  // namespace dsv4

@@ -7,6 +7,8 @@
 
 namespace dsv4 {
 
+struct ModelConfig;
+
 // Compressor state of one layer (main compressor or the indexer's own compressor).
 struct CompressorState {
   // Raw projections of the tokens of the current, not yet complete window; `pending` rows
@@ -34,6 +36,15 @@ struct SessionState {
   int64_t position = 0;          // tokens fed so far
   std::vector<int32_t> tokens;   // the tokens fed so far, in order
   std::vector<LayerState> layers;
+
+  // A fresh session for `c` that will hold up to `context` tokens: the fixed-size state is
+  // allocated (zeros) and the growing parts are reserved, so feeding it allocates nothing.
+  // Reserved pages that are never written cost address space, not RAM.
+  static SessionState create(const ModelConfig& c, int64_t context);
+  // Bytes this session holds (allocated capacity).
+  uint64_t bytes() const;
+  // The most a session of `c` holds at `context` tokens: the planner's reserve per session.
+  static uint64_t bytes_at(const ModelConfig& c, int64_t context);
 };
 
 }  // namespace dsv4

@@ -52,7 +52,6 @@ class Loader {
     const TensorRef& ref = ck_.get(name);
     w_.storage.emplace_back(ref.info->bytes);
     read(ref, w_.storage.back().data());
-    w_.resident_bytes += ref.info->bytes;
     return w_.storage.back().data();
   }
 
@@ -163,15 +162,14 @@ EmbeddingRows::EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& inf
   cols_ = info.shape[1];
 }
 
-void EmbeddingRows::row(int32_t token, float* out) const {
+void EmbeddingRows::row(int32_t token, float* out, uint16_t* raw) const {
   if (token < 0 || token >= rows_) fail("{}: token id {} outside the embedding's {} rows", shard_->path(), token, rows_);
-  std::vector<uint16_t> raw(static_cast<size_t>(cols_));
-  shard_->file().read_exact(raw.data(), raw.size() * 2, info_->offset + uint64_t(token) * uint64_t(cols_) * 2);
-  require_finite_bf16(*shard_, info_->name, raw.data(), cols_, int64_t(token) * cols_);
+  shard_->file().read_exact(raw, static_cast<size_t>(cols_) * 2, info_->offset + uint64_t(token) * uint64_t(cols_) * 2);
+  require_finite_bf16(*shard_, info_->name, raw, cols_, int64_t(token) * cols_);
   for (int64_t i = 0; i < cols_; ++i) out[i] = bf16_to_f32(raw[i]);
 }
 
-ModelWeights ModelWeights::load(const Checkpoint& ck) {
+ModelWeights ModelWeights::load(const Checkpoint& ck, bool with_mtp) {
   const ModelConfig& c = ck.config();
   ModelWeights w;
   Loader ld(ck, w);
@@ -190,6 +188,7 @@ ModelWeights ModelWeights::load(const Checkpoint& ck) {
     fail("{}: o_lora_rank {} with o_groups {} splits FP8 scale blocks between groups; not supported", c.source, R, G);
 
   for (const LayerSpec& spec : c.layers) {
+    if (spec.is_mtp && !with_mtp) continue;
     const std::string p = layer_prefix(c, spec.index);
     LayerWeights L;
     L.spec = spec;

@@ -85,8 +85,9 @@ class EmbeddingRows {
   EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& info);
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
-  // out[cols]. Throws Error naming the file and tensor on a read error or a non-finite value.
-  void row(int32_t token, float* out) const;
+  // out[cols]; raw[cols] is scratch for the bytes as read. Throws Error naming the file and
+  // tensor on a read error or a non-finite value.
+  void row(int32_t token, float* out, uint16_t* raw) const;
 
  private:
   const SafetensorsFile* shard_ = nullptr;
@@ -100,13 +101,13 @@ struct ModelWeights {
   std::vector<float> norm;
   Matrix hc_head_fn;  // [hc, hc*D] F32
   std::vector<float> hc_head_base, hc_head_scale;
-  std::vector<LayerWeights> layers;  // main layers, then MTP layers
+  std::vector<LayerWeights> layers;  // main layers, then (with_mtp) the MTP layers
 
-  uint64_t resident_bytes = 0;
   std::vector<AlignedBuffer> storage;  // owns the bytes every Matrix above points into
 
-  // Reads every non-expert tensor. Throws Error naming the tensor on any problem.
-  static ModelWeights load(const Checkpoint& ck);
+  // Reads every non-expert tensor of the main layers, and of the MTP layers when something
+  // will run them (`with_mtp`). Throws Error naming the tensor on any problem.
+  static ModelWeights load(const Checkpoint& ck, bool with_mtp = false);
 };
 
 }  // namespace dsv4

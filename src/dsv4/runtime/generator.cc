@@ -48,8 +48,8 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   if (req.prompt.empty()) fail("the prompt is empty");
   for (const std::string& s : req.stop_strings)
     if (s.empty()) fail("stop strings must not be empty");
-  const int64_t limit = req.context_limit > 0 ? std::min(req.context_limit, c.max_position_embeddings)
-                                              : c.max_position_embeddings;
+  const int64_t limit =
+      req.context_limit > 0 ? std::min(req.context_limit, engine.context_limit()) : engine.context_limit();
   const int64_t prompt_len = static_cast<int64_t>(req.prompt.size());
   if (prompt_len >= limit)
     fail("the prompt has {} tokens, which does not fit the context limit of {} tokens (at least one token must be "
@@ -80,7 +80,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   std::vector<float> logits(static_cast<size_t>(V));
   {
     // Prefill in chunks so progress can be shown and cancellation honoured between chunks.
-    const int64_t chunk = req.chunk > 0 ? req.chunk : 256;
+    const int64_t chunk = req.chunk > 0 ? std::min(req.chunk, engine.max_rows()) : engine.max_rows();
     int64_t done = st.reused_tokens;
     while (done < prompt_len) {
       if (cb.cancel && cb.cancel->load()) {
@@ -92,7 +92,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       const int64_t n = std::min(chunk, prompt_len - done);
       const bool last = done + n == prompt_len;
       engine.forward(session, std::span<const int32_t>(req.prompt).subspan(done, n), last ? logits.data() : nullptr,
-                     false, n);
+                     LogitRows::kLast, n);
       done += n;
       st.prefilled_tokens = done - st.reused_tokens;
       if (cb.on_prefill_progress) cb.on_prefill_progress(done - st.reused_tokens, prompt_len - st.reused_tokens);
@@ -144,7 +144,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       result.finish = FinishReason::kContextLimit;
       break;
     }
-    engine.forward(session, std::span<const int32_t>(&next, 1), logits.data(), false);
+    engine.forward(session, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
   }
   // Text held back for a stop string that never completed is final now; so are the bytes of
   // an incomplete character. After a stop string, nothing more is emitted.

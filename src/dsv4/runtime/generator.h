@@ -25,8 +25,8 @@ struct GenerationRequest {
   int64_t max_tokens = setting_default<int64_t>("max_tokens");
   std::vector<int32_t> stop_ids;          // e.g. the end-of-sentence token (not emitted as text)
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
-  int64_t context_limit = 0;              // 0 = the model's max_position_embeddings
-  int64_t chunk = 0;                      // prefill chunk (0 = automatic)
+  int64_t context_limit = 0;              // 0 = the engine's context limit
+  int64_t chunk = 0;                      // prefill chunk (0 = the engine's rows per pass)
 };
 
 struct GenerationStats {

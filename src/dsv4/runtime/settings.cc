@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "dsv4/experts/planner.h"
+#include "dsv4/runtime/planner.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
 

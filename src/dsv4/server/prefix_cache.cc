@@ -10,19 +10,7 @@ uint64_t vector_bytes(const std::vector<T>& v) {
   return static_cast<uint64_t>(v.capacity()) * sizeof(T);
 }
 
-uint64_t compressor_bytes(const CompressorState& c) {
-  return vector_bytes(c.pending_kv) + vector_bytes(c.pending_gate) + vector_bytes(c.previous_kv) +
-         vector_bytes(c.previous_gate) + vector_bytes(c.entries);
-}
-
 }  // namespace
-
-uint64_t session_bytes(const SessionState& s) {
-  uint64_t total = vector_bytes(s.tokens) + vector_bytes(s.layers);
-  for (const LayerState& l : s.layers)
-    total += vector_bytes(l.window_kv) + compressor_bytes(l.compressor) + compressor_bytes(l.indexer);
-  return total;
-}
 
 PrefixCache::PrefixCache(size_t max_entries, uint64_t max_bytes) : max_entries_(max_entries), max_bytes_(max_bytes) {}
 
@@ -54,7 +42,7 @@ void PrefixCache::insert(SessionState state, std::span<const int32_t> tail, std:
     }
   }
   Entry e;
-  e.bytes = session_bytes(state) + vector_bytes(key) + text.capacity();
+  e.bytes = state.bytes() + vector_bytes(key) + text.capacity();
   if (e.bytes > max_bytes_) return;
   e.state = std::move(state);
   e.key = std::move(key);

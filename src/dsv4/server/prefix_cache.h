@@ -19,9 +19,6 @@
 
 namespace dsv4::server {
 
-// Heap bytes a session holds (its vectors' capacities).
-uint64_t session_bytes(const SessionState& s);
-
 class PrefixCache {
  public:
   PrefixCache(size_t max_entries, uint64_t max_bytes);

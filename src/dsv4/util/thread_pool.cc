@@ -79,7 +79,7 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, Body body) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   if (n_threads_ == 1 || n <= grain) {

@@ -10,10 +10,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "dsv4/util/function_ref.h"
 
 namespace dsv4 {
 
@@ -27,9 +28,10 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Calls body(begin, end) over [0, n) split into chunks of at most `grain` items.
-  // Not reentrant: body must not call parallel_for on the same pool.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
+  using Body = FunctionRef<void(int64_t, int64_t)>;
+  // Calls body(begin, end) over [0, n) split into chunks [k*grain, min(n, (k+1)*grain)).
+  // Not reentrant: body must not call parallel_for on the same pool. Never allocates.
+  void parallel_for(int64_t n, int64_t grain, Body body);
 
  private:
   void worker_loop();
@@ -43,7 +45,7 @@ class ThreadPool {
   std::atomic<int> unfinished_{0};  // workers still inside the current job
   std::atomic<bool> stop_{false};
   // Current job.
-  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  const Body* body_ = nullptr;
   int64_t n_ = 0;
   int64_t grain_ = 1;
   std::atomic<int64_t> next_{0};

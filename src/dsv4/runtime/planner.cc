@@ -1,4 +1,4 @@
-#include "dsv4/experts/planner.h"
+#include "dsv4/runtime/planner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +7,8 @@
 
 #include "dsv4/experts/expert_layout.h"
 #include "dsv4/io/checkpoint.h"
+#include "dsv4/model/session.h"
+#include "dsv4/model/workspace.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
 
@@ -37,37 +39,17 @@ RamRequest parse_ram(const std::string& text) {
   return r;
 }
 
-uint64_t estimate_session_bytes(const ModelConfig& c, int64_t context) {
-  uint64_t total = 0;
-  for (int l = 0; l < c.num_layers; ++l) {
-    const LayerSpec& spec = c.layer(l);
-    uint64_t floats = uint64_t(c.sliding_window) * c.head_dim;  // window ring
-    if (spec.compress_ratio != 0) {
-      const uint64_t coff = spec.kind == AttentionKind::kCSA ? 2 : 1;
-      const uint64_t entries = static_cast<uint64_t>(context / spec.compress_ratio + 1);
-      floats += entries * c.head_dim + 4ull * spec.compress_ratio * coff * c.head_dim;
-      if (spec.kind == AttentionKind::kCSA) floats += entries * c.index_head_dim + 16ull * 2 * c.index_head_dim;
-    }
-    total += floats * 4;
-  }
-  return total + static_cast<uint64_t>(context) * 4;  // the token list
+int64_t resolve_chunk(int64_t requested, int64_t context) {
+  if (requested > 0) return requested;
+  return std::max<int64_t>(1, std::min(kAutoChunkTokens, context));
 }
 
-uint64_t estimate_activation_bytes(const ModelConfig& c, const WorkloadShape& w) {
-  const uint64_t T = static_cast<uint64_t>(std::max<int64_t>(1, std::min(w.chunk_tokens, w.context_tokens)));
-  const uint64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_heads, hd = c.head_dim;
-  // Live at once in the worst sub-block (attention of a CSA layer): streams and their
-  // normalized copy, x/y, the query path, window kv, attention output and its groups, the
-  // low-rank output, the indexer's queries and scores over the visible entries, the router
-  // logits and an expert's intermediate activations. (The MoE's outputs kept per (token,
-  // slot) until they are summed, K*D, live only after the attention's 3*H*hd are freed.)
-  uint64_t per_token = 2 * hc * D + 4 * D + c.q_lora_rank + 3 * H * hd + uint64_t(c.o_groups) * c.o_lora_rank +
-                       uint64_t(c.index_n_heads) * c.index_head_dim +
-                       static_cast<uint64_t>(w.context_tokens / 4 + 1) + c.n_routed_experts +
-                       2ull * c.moe_intermediate + uint64_t(c.n_experts_per_token) * 2;
-  uint64_t bytes = T * per_token * 4 + uint64_t(c.sliding_window) * hd * 4;
-  bytes += static_cast<uint64_t>(w.logit_rows) * (c.vocab_size + D) * 4;
-  return bytes + bytes / 4;  // allocator slack
+uint64_t workload_bytes(const ModelConfig& c, const WorkloadShape& w) {
+  const int64_t context = std::max<int64_t>(1, w.context_tokens);
+  const int64_t rows = std::max<int64_t>(1, std::min(w.chunk_tokens, context));
+  return uint64_t(std::max<int64_t>(1, w.sessions)) * SessionState::bytes_at(c, context) +
+         ForwardWorkspace::bytes(c, rows, context, std::max(1, w.threads)) +
+         uint64_t(std::max<int64_t>(0, w.logit_rows)) * uint64_t(c.vocab_size) * sizeof(float) + w.prefix_cache_bytes;
 }
 
 std::string MemoryPlan::summary() const {
@@ -76,21 +58,24 @@ std::string MemoryPlan::summary() const {
                    : fmt::format("experts {} of {} slots x {} = {} ({:.1f}%)", slots, total_experts,
                                  format_bytes(slot_bytes), format_bytes(expert_bytes),
                                  100.0 * double(slots) / double(std::max<int64_t>(1, total_experts)));
-  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident, {}, kv+scratch reserve {}, projected peak {}",
+  const std::string cache =
+      prefix_cache_bytes ? fmt::format(" (prefix cache {})", format_bytes(prefix_cache_bytes)) : std::string();
+  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident, {}, kv+scratch reserve {}{}, projected peak {}",
                      format_bytes(budget), budget_source, format_bytes(dense_bytes), experts,
-                     format_bytes(reserve_bytes), format_bytes(projected_peak()));
+                     format_bytes(reserve_bytes), cache, format_bytes(projected_peak()));
 }
 
 MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const WorkloadShape& workload) {
   const ModelConfig& c = ck.config();
   MemoryPlan p;
+  // The embedding's rows are read per token; the MTP layer is not loaded until something runs it.
   for (const auto& [name, ref] : ck.tensors())
-    if (!is_routed_expert(name) && name != "embed.weight") p.dense_bytes += ref.info->bytes;  // rows read per token
+    if (!is_routed_expert(name) && name != "embed.weight" && name.rfind("mtp.", 0) != 0) p.dense_bytes += ref.info->bytes;
   const ExpertLayout layout(ck);
   p.slot_bytes = layout.slot_bytes();
   p.total_experts = int64_t(layout.n_layers()) * layout.n_experts();
-  p.reserve_bytes = estimate_session_bytes(c, workload.context_tokens) + estimate_activation_bytes(c, workload) +
-                    kProcessOverheadBytes;
+  p.reserve_bytes = workload_bytes(c, workload) + kProcessOverheadBytes;
+  p.prefix_cache_bytes = workload.prefix_cache_bytes;
   // One token needs K experts per layer; twice that lets the next layer's reads run while
   // this layer computes.
   p.min_slots = std::min<int64_t>(p.total_experts, 2 * int64_t(c.n_experts_per_token));
@@ -131,21 +116,6 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
     p.expert_bytes = uint64_t(p.slots) * p.slot_bytes;
   }
   return p;
-}
-
-std::string stats_line(const ExpertStats& s, uint64_t peak_rss) {
-  return fmt::format(
-      "dsv4: stats: experts {} requests, {:.1f}% hits, {} reads ({:.2f} GB at {:.2f} GB/s), {} stalls, {:.2f} s "
-      "blocked on I/O; peak RSS {}",
-      s.requests, 100.0 * s.hit_rate(), s.reads, s.bytes_read / 1e9, s.read_gbps(), s.stalls, s.blocked_seconds,
-      format_bytes(peak_rss));
-}
-
-std::unique_ptr<ExpertProvider> make_planned_provider(const Checkpoint& ck, const MemoryPlan& plan,
-                                                      ExpertStoreOptions store) {
-  if (plan.all_resident) return make_resident_experts(ck);
-  store.slots = plan.slots;
-  return std::make_unique<ExpertStore>(ck, store);
 }
 
 }  // namespace dsv4

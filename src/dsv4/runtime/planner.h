@@ -1,19 +1,20 @@
 // The RAM planner: from a budget (--ram) decide what stays resident and how many expert
 // cache slots exist. The dense weights are always resident; the rest of the budget, after
-// a reserve for the KV state, activations and the process itself, becomes expert slots.
-// When every routed expert fits, the resident provider is used (no streaming overhead).
+// a reserve for the session state, the forward workspace, the logits the caller keeps, the
+// server's prefix cache and the process itself, becomes expert slots. The reserve's sizes
+// come from the same functions that allocate those things (SessionState::bytes_at,
+// ForwardWorkspace::bytes). When every routed expert fits, the resident provider is used.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "dsv4/experts/expert_provider.h"
-#include "dsv4/experts/expert_store.h"
 
 namespace dsv4 {
 
 class Checkpoint;
+struct ModelConfig;
 
 struct RamRequest {
   enum class Kind : uint8_t { kDefault, kMinimum, kBytes };
@@ -26,18 +27,27 @@ struct RamRequest {
 // of available memory). Throws Error naming --ram on anything else.
 RamRequest parse_ram(const std::string& text);
 
-// What the process will do with the model: sizes the KV / activation reserve.
+// The prefill chunk when none is given (--chunk 0): one value for every command.
+inline constexpr int64_t kAutoChunkTokens = 512;
+// The chunk to use for --chunk `requested` and sequences of up to `context` tokens.
+int64_t resolve_chunk(int64_t requested, int64_t context);
+
+// What the process will do with the model: sizes the reserve.
 struct WorkloadShape {
   int64_t context_tokens = 4096;  // longest sequence a session will reach
-  int64_t chunk_tokens = 512;     // largest prefill chunk
+  int64_t chunk_tokens = kAutoChunkTokens;  // rows per forward pass (the largest prefill chunk)
   int64_t logit_rows = 1;         // rows of [vocab] logits the caller keeps
+  int64_t sessions = 1;           // sessions alive at once
+  int threads = 1;                // compute threads (the workspace has scratch per thread)
+  uint64_t prefix_cache_bytes = 0;  // the server's prefix cache bound
 };
 
 struct MemoryPlan {
   uint64_t budget = 0;
   std::string budget_source;   // "--ram 12G", "--ram min", "default: 80% of 20.1 GiB available"
   uint64_t dense_bytes = 0;    // resident non-expert weights
-  uint64_t reserve_bytes = 0;  // KV state + activations + process overhead
+  uint64_t reserve_bytes = 0;  // sessions + workspace + logits + prefix cache + process overhead
+  uint64_t prefix_cache_bytes = 0;  // part of reserve_bytes
   uint64_t slot_bytes = 0;     // one expert cache slot
   int64_t total_experts = 0;
   int64_t min_slots = 0;       // smallest cache that still overlaps I/O with compute
@@ -57,15 +67,8 @@ inline constexpr uint64_t kProcessOverheadBytes = 64ull << 20;
 // set (dense + min_slots expert slots + reserve).
 MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const WorkloadShape& workload);
 
-// KV state and activation bytes for a workload (part of reserve_bytes).
-uint64_t estimate_session_bytes(const ModelConfig& c, int64_t context_tokens);
-uint64_t estimate_activation_bytes(const ModelConfig& c, const WorkloadShape& w);
-
-// One line for stderr: "dsv4: stats: experts N requests, H% hits, ...; peak RSS X".
-std::string stats_line(const ExpertStats& s, uint64_t peak_rss);
-
-// The provider the plan calls for: resident experts, or an ExpertStore with plan.slots.
-std::unique_ptr<ExpertProvider> make_planned_provider(const Checkpoint& ck, const MemoryPlan& plan,
-                                                      ExpertStoreOptions store);
+// The reserve for a workload, without the process overhead: sessions, forward workspace,
+// kept logits, prefix cache.
+uint64_t workload_bytes(const ModelConfig& c, const WorkloadShape& w);
 
 }  // namespace dsv4

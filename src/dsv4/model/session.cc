@@ -1,0 +1,76 @@
+#include "dsv4/model/session.h"
+
+#include "dsv4/io/config.h"
+
+namespace dsv4 {
+namespace {
+
+template <typename T>
+uint64_t capacity_bytes(const std::vector<T>& v) {
+  return static_cast<uint64_t>(v.capacity()) * sizeof(T);
+}
+
+uint64_t compressor_bytes(const CompressorState& c) {
+  return capacity_bytes(c.pending_kv) + capacity_bytes(c.pending_gate) + capacity_bytes(c.previous_kv) +
+         capacity_bytes(c.previous_gate) + capacity_bytes(c.entries);
+}
+
+// The state of one compressor (ratio m, entry width `dim`, CSA overlap or not) for a session
+// of `context` tokens: the windows allocated, the entries reserved.
+CompressorState compressor_state(int m, int dim, bool overlap, int64_t context) {
+  const size_t width = static_cast<size_t>((overlap ? 2 : 1) * dim);
+  CompressorState st;
+  st.pending_kv.assign(static_cast<size_t>(m) * width, 0.0f);
+  st.pending_gate.assign(static_cast<size_t>(m) * width, 0.0f);
+  if (overlap) {
+    st.previous_kv.assign(static_cast<size_t>(m) * dim, 0.0f);
+    st.previous_gate.assign(static_cast<size_t>(m) * dim, 0.0f);
+  }
+  st.entries.reserve(static_cast<size_t>(context / m + 1) * dim);
+  return st;
+}
+
+}  // namespace
+
+SessionState SessionState::create(const ModelConfig& c, int64_t context) {
+  SessionState s;
+  s.tokens.reserve(static_cast<size_t>(context));
+  s.layers.resize(c.layers.size());
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const LayerSpec& spec = c.layers[i];
+    LayerState& l = s.layers[i];
+    l.window_kv.assign(static_cast<size_t>(c.sliding_window) * c.head_dim, 0.0f);
+    if (spec.compress_ratio == 0) continue;
+    const bool csa = spec.kind == AttentionKind::kCSA;
+    l.compressor = compressor_state(spec.compress_ratio, c.head_dim, csa, context);
+    if (csa) l.indexer = compressor_state(spec.compress_ratio, c.index_head_dim, true, context);
+  }
+  return s;
+}
+
+uint64_t SessionState::bytes() const {
+  uint64_t total = capacity_bytes(tokens) + capacity_bytes(layers);
+  for (const LayerState& l : layers)
+    total += capacity_bytes(l.window_kv) + compressor_bytes(l.compressor) + compressor_bytes(l.indexer);
+  return total;
+}
+
+uint64_t SessionState::bytes_at(const ModelConfig& c, int64_t context) {
+  // The same shapes create() allocates, with every reserved entry filled.
+  uint64_t total = static_cast<uint64_t>(context) * sizeof(int32_t) + c.layers.size() * sizeof(LayerState);
+  for (const LayerSpec& spec : c.layers) {
+    total += uint64_t(c.sliding_window) * c.head_dim * sizeof(float);
+    if (spec.compress_ratio == 0) continue;
+    const uint64_t m = spec.compress_ratio, entries = static_cast<uint64_t>(context) / m + 1;
+    const bool csa = spec.kind == AttentionKind::kCSA;
+    auto compressor = [&](uint64_t dim, bool overlap) {
+      const uint64_t width = (overlap ? 2 : 1) * dim;
+      return (2 * m * width + (overlap ? 2 * m * dim : 0) + entries * dim) * sizeof(float);
+    };
+    total += compressor(c.head_dim, csa);
+    if (csa) total += compressor(c.index_head_dim, true);
+  }
+  return total;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,122 @@
+// The forward workspace: every activation one forward pass writes besides the session,
+// allocated once for a shape (rows per pass, context limit) and reused by every pass, so
+// steady-state decode and prefill make no heap allocation. ForwardWorkspace::bytes() is the
+// planner's reserve for it, computed from the same list of buffers the constructor allocates.
+//
+// Liveness, for readers of the blocks: the streams X carry the residual through the whole
+// pass; x, y, mix and the mHC scratch are rewritten by every sub-block; the expert lookahead
+// borrows x, mix and the router logits between sub-blocks, when none of them is live.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dsv4/io/config.h"
+#include "dsv4/kernels/kernels.h"
+#include "dsv4/model/rope.h"
+
+namespace dsv4 {
+
+class ThreadPool;
+
+// Per-token mixing coefficients of one mHC sub-block.
+struct HcMix {
+  float* pre = nullptr;   // [T, hc]
+  float* post = nullptr;  // [T, hc]
+  float* comb = nullptr;  // [T, hc, hc], row-major C[j][k]
+};
+
+// One (kv, gate) row pair a compressor pools over (a window slot, at a feature offset).
+struct PoolSlot {
+  const float* kv;
+  const float* gate;
+};
+
+struct ForwardWorkspace {
+  // `threads`: the pool size (tasks that need private scratch get one slice per chunk).
+  ForwardWorkspace(const ModelConfig& c, int64_t max_rows, int64_t context, int threads);
+  // The bytes the constructor allocates for this shape.
+  static uint64_t bytes(const ModelConfig& c, int64_t max_rows, int64_t context, int threads);
+
+  int64_t max_rows = 0;  // rows (tokens) one pass may carry
+  int64_t context = 0;   // longest sequence a session may reach
+  int scratch_slots = 0; // private scratch slices of the parallel attention / indexer loops
+  int64_t attend_rows = 0;   // most kv rows one query attends to (window + entries)
+  int64_t index_entries = 0; // most compressed entries the indexer scores for one query
+
+  // Streams and sub-block input / output.
+  std::vector<float> X;         // [T, hc, D] residual streams
+  std::vector<float> x, y;      // [T, D]
+  std::vector<uint16_t> embed_raw;  // [D] one embedding row as read
+  // mHC.
+  std::vector<float> mix_pre, mix_post, mix_comb;  // [T, hc], [T, hc], [T, hc*hc]
+  std::vector<float> mix_m;       // [T, (2+hc)*hc] fn · rmsnorm(flatten(X))
+  std::vector<float> mix_normed;  // [T, hc*D]
+  std::vector<float> mix_out;     // [hc, D] one token's new streams
+  // RoPE angles of the pass's positions, per variant (0: sliding-only layers, 1: compressed).
+  std::vector<float> rope_cos[2], rope_sin[2];  // [T, rope_dim/2]
+  std::vector<float> entry_cos, entry_sin;      // [rope_dim/2] a compressed entry's position
+  // Attention.
+  std::vector<float> qr;        // [T, q_lora]
+  std::vector<float> q;         // [T, H*hd]
+  std::vector<float> kv_rows;   // [window-1 + T, hd] previous window then the pass's rows
+  std::vector<float> o;         // [T, H*hd]
+  std::vector<float> og;        // [T, hd*H/G] one output group
+  std::vector<float> z;         // [T, G*R]
+  std::vector<float> attend_scores;  // [scratch_slots, attend_rows]
+  // Compressor and lightning indexer.
+  std::vector<float> comp_kv, comp_gate;  // [T, 2*hd]
+  std::vector<PoolSlot> pool_slots;       // [2 * largest ratio]
+  std::vector<float> pooled;              // [hd]
+  std::vector<float> index_q;             // [T, IH*Id]
+  std::vector<float> index_weight;        // [T, IH]
+  std::vector<float> index_scores;        // [scratch_slots, index_entries]
+  std::vector<int32_t> index_order;       // [scratch_slots, index_entries]
+  std::vector<int32_t> picks;             // [T, index_topk] chosen entries, ascending
+  std::vector<int32_t> pick_count;        // [T]
+  // MoE.
+  std::vector<float> router_logits;       // [T, E]
+  std::vector<float> router_score;        // [E]
+  std::vector<float> router_biased;       // [E]
+  std::vector<int32_t> router_order;      // [E]
+  std::vector<int32_t> route_experts;     // [T, K]
+  std::vector<float> route_weights;       // [T, K]
+  std::vector<int32_t> user_offset;       // [E+1] CSR over experts of the (token, slot) pairs
+  std::vector<int32_t> users;             // [T*K] entries t*K + k, grouped by expert
+  std::vector<int32_t> needed, pending;   // [E]
+  std::vector<float> shared_out;          // [T, D]
+  std::vector<float> routed_out;          // [T*K, D]
+  std::vector<float> expert_x, expert_y;  // [T, D] one expert's rows
+  std::vector<float> ffn_g, ffn_u;        // [T, I]
+  std::vector<int32_t> slot_order;        // [K]
+  kernels::QuantizedInput ffn_in, down_in;  // the activations of w1/w3 and of w2
+  // Expert lookahead.
+  std::vector<int32_t> ranked;            // [T, 2K] each token's best experts
+  std::vector<int32_t> guess;             // [E]
+  std::vector<char> guessed;              // [E]
+
+ private:
+  template <typename Visit>
+  static void for_each_buffer(ForwardWorkspace* ws, const ModelConfig& c, int64_t rows, int64_t context,
+                              int threads, Visit&& visit);
+};
+
+// What every block of one forward pass shares: the model, the numerics, the pool, the
+// workspace and where the pass's rows sit in the sequence.
+struct Pass {
+  const ModelConfig& c;
+  kernels::Numerics numerics;
+  ThreadPool& pool;
+  ForwardWorkspace& ws;
+  const Rope* ropes;  // [2]: sliding-only layers, compressed layers
+  int64_t T = 0;      // rows in this pass
+  int64_t pos0 = 0;   // position of row 0
+
+  int rope_variant(const LayerSpec& l) const { return l.compress_ratio == 0 ? 0 : 1; }
+  const Rope& rope(const LayerSpec& l) const { return ropes[rope_variant(l)]; }
+  // The angles of row t's position for layer kind l.
+  const float* cos(const LayerSpec& l, int64_t t) const;
+  const float* sin(const LayerSpec& l, int64_t t) const;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,52 @@
+#include "dsv4/runtime/model_loader.h"
+
+#include <cstdio>
+
+#include "dsv4/util/thread_pool.h"
+
+namespace dsv4 {
+
+std::unique_ptr<ExpertProvider> make_planned_provider(const Checkpoint& ck, const MemoryPlan& plan,
+                                                      ExpertStoreOptions store) {
+  if (plan.all_resident) return make_resident_experts(ck);
+  store.slots = plan.slots;
+  return std::make_unique<ExpertStore>(ck, store);
+}
+
+LoadedEngine load_engine(const std::string& dir, LoadOptions options) {
+  return load_engine(std::make_unique<const Checkpoint>(Checkpoint::open(dir)), std::move(options));
+}
+
+namespace {
+
+// The workload as the engine will really run it: the context within the model's, passes no
+// longer than the context, the pool's thread count; the engine's workspace gets that shape.
+void settle_shape(const ModelConfig& c, LoadOptions& o) {
+  WorkloadShape& w = o.workload;
+  w.context_tokens = std::max<int64_t>(1, std::min(w.context_tokens, c.max_position_embeddings));
+  w.chunk_tokens = std::max<int64_t>(1, std::min(w.chunk_tokens, w.context_tokens));
+  w.threads = o.engine.threads > 0 ? o.engine.threads : available_cpus();
+  o.engine.max_rows = w.chunk_tokens;
+  o.engine.context = w.context_tokens;
+}
+
+}  // namespace
+
+MemoryPlan plan_for(const Checkpoint& ck, const LoadOptions& options) {
+  LoadOptions o = options;
+  settle_shape(ck.config(), o);
+  return plan_memory(ck, parse_ram(o.ram), o.workload);
+}
+
+LoadedEngine load_engine(std::unique_ptr<const Checkpoint> ck, LoadOptions o) {
+  settle_shape(ck->config(), o);
+  LoadedEngine loaded;
+  loaded.plan = plan_memory(*ck, parse_ram(o.ram), o.workload);
+  if (o.print_plan) std::fprintf(stderr, "%s\n", loaded.plan.summary().c_str());
+  std::unique_ptr<ExpertProvider> experts = make_planned_provider(*ck, loaded.plan, o.store);
+  if (o.wrap_provider) experts = o.wrap_provider(std::move(experts));
+  loaded.engine = Engine::create(std::move(ck), o.engine, std::move(experts));
+  return loaded;
+}
+
+}  // namespace dsv4
