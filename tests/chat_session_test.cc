@@ -85,21 +85,21 @@ TEST_F(ChatSessionTest, RewindGivesBackTheMarkedStateBitForBit) {
   for (int i = 0; i < 90; ++i) more.push_back(50 + (i * 11) % 400);
   std::vector<float> a(engine_->config().vocab_size), b(a.size());
   SessionState s = engine_->new_session();
-  engine_->forward(s, head, nullptr, false);
+  engine_->forward(s, head, nullptr, LogitRows::kLast);
   const SessionMark m = mark_session(s);
-  engine_->forward(s, more, nullptr, false, 16);  // past several compressor windows and the sliding window
+  engine_->forward(s, more, nullptr, LogitRows::kLast, 16);  // past several compressor windows and the sliding window
   rewind_session(s, m);
   SessionState fresh = engine_->new_session();
-  engine_->forward(fresh, head, nullptr, false);
+  engine_->forward(fresh, head, nullptr, LogitRows::kLast);
   expect_same_session(s, fresh);
   // And it goes on the same way.
-  engine_->forward(s, more, a.data(), false);
-  engine_->forward(fresh, more, b.data(), false);
+  engine_->forward(s, more, a.data(), LogitRows::kLast);
+  engine_->forward(fresh, more, b.data(), LogitRows::kLast);
   EXPECT_EQ(a, b);
   // A fresh session's mark rewinds to a fresh session.
   SessionState empty = engine_->new_session();
   const SessionMark zero = mark_session(empty);
-  engine_->forward(empty, head, nullptr, false);
+  engine_->forward(empty, head, nullptr, LogitRows::kLast);
   rewind_session(empty, zero);
   expect_same_session(empty, engine_->new_session());
 }
