@@ -1,6 +1,7 @@
 // The web chat page in headless Chromium (Debian's chromium driven by playwright-core): type,
 // send, watch the answer stream in, stop one mid-way (the server must cancel it), thinking in a
-// collapsible block, and stats per answer.
+// collapsible block, and stats per answer; a message that was not sent (invalid setting, missing
+// or wrong API key, an error JSON, the server down) says why and stays in the input.
 // Run: node tests/node/server_web_page.test.mjs build/release/dsv4   (from the repository root)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -141,4 +142,116 @@ test("thinking mode shows the reasoning in a collapsible block", async () => {
   await block.locator("summary").click();
   assert.equal(await block.evaluate((d) => d.open), !open);
   await page.setChecked("#think", false);
+});
+
+// The chat requests the page posts, with their JSON bodies.
+function recordPosts(p) {
+  const posts = [];
+  p.on("request", (r) => {
+    if (r.method() === "POST" && r.url().endsWith("/v1/chat/completions")) posts.push(r.postDataJSON());
+  });
+  return posts;
+}
+
+// Waits for the "Not sent" notice to be visible and to match `pattern`; returns its text.
+async function notice(p, pattern) {
+  await p.waitForFunction((src) => {
+    const n = document.getElementById("notice");
+    return !n.hidden && n.offsetParent !== null && new RegExp(src).test(n.textContent);
+  }, pattern.source, { timeout: 10000 });
+  return p.locator("#notice").textContent();
+}
+
+test("settings out of range are marked invalid and block the send; nothing is clamped", async () => {
+  await page.click("#new-chat");
+  const posts = recordPosts(page);
+  await page.click("#settings-toggle");
+  for (const [field, value, message] of [
+    ["#temperature", "5", /^Temperature must be a number from 0 to 2, not 5\.$/],
+    ["#temperature", "", /^Temperature must be a number from 0 to 2\.$/],
+    ["#max-tokens", "-3", /^Max tokens must be a whole number of at least 1, not -3\.$/],
+    ["#max-tokens", "2.5", /^Max tokens must be a whole number of at least 1, not 2\.5\.$/],
+  ]) {
+    await page.fill(field, value);
+    assert.equal(await page.getAttribute(field, "aria-invalid"), "true", `${field} = '${value}' is marked invalid`);
+    assert.equal(await page.isVisible(`${field}-error`), true);
+    assert.match(await page.textContent(`${field}-error`), message);
+  }
+  await page.click("#settings-toggle");  // closed: Send opens it again to show what is wrong
+  await sendMessage("Keep this text.");
+  assert.match(await notice(page, /Not sent: Temperature/), /^Not sent: Temperature must be .*\. Max tokens must be .*, not 2\.5\.$/);
+  assert.equal(await page.isVisible("#settings"), true);
+  assert.equal(await page.inputValue("#input"), "Keep this text.");
+  assert.equal(await page.locator(".msg").count(), 0);
+  assert.equal(posts.length, 0, "nothing was posted");
+
+  // Fixed: the values go out exactly as typed, and the message leaves the input.
+  await page.fill("#temperature", "0.3");
+  await page.fill("#max-tokens", "3");
+  assert.equal(await page.getAttribute("#temperature", "aria-invalid"), "false");
+  assert.equal(await page.isVisible("#max-tokens-error"), false);
+  await page.click("#settings-toggle");
+  await page.press("#input", "Enter");
+  await page.waitForSelector(".msg.assistant:not(.streaming) .stats:not(:empty)", { timeout: 60000 });
+  assert.equal(posts.length, 1);
+  assert.equal(posts[0].temperature, 0.3);
+  assert.equal(posts[0].max_tokens, 3);
+  assert.equal(await page.inputValue("#input"), "");
+  assert.equal(await page.isVisible("#notice"), false);
+  assert.equal(await page.locator(".msg.user .bubble").textContent(), "Keep this text.");
+});
+
+test("missing key, wrong key, an error JSON and the server down each say why and keep the message", async () => {
+  const keyed = await startServer(binary, ["--api-key", "k3y"]);
+  const p = await browser.newPage();  // another port: another origin, its own stored settings
+  try {
+    p.on("pageerror", (e) => assert.fail("page error: " + e.message));
+    const posts = recordPosts(p);
+    await p.goto(keyed.url + "/");
+    await p.waitForFunction(() => document.getElementById("model").textContent === "API key needed (Settings)");
+
+    const typed = "A message\nwith two lines.";
+    await p.fill("#input", typed);
+    await p.press("#input", "Enter");
+    assert.equal(await notice(p, /API key/), "Not sent: this server needs an API key: enter it in Settings.");
+    assert.equal(await p.inputValue("#input"), typed);
+    assert.equal(await p.locator(".msg").count(), 0);
+
+    // A wrong key: the server's own error JSON is shown.
+    await p.click("#settings-toggle");
+    await p.fill("#api-key", "wrong");
+    await p.press("#input", "Enter");
+    assert.equal(await notice(p, /Incorrect/), "Not sent: Incorrect API key provided. (HTTP 401)");
+    assert.equal(await p.inputValue("#input"), typed);
+
+    // An error JSON from the chat endpoint: max_tokens above the server's limit (the page does
+    // not know that limit; the server names the field).
+    await p.fill("#api-key", "k3y");
+    await p.fill("#max-tokens", "99999999999");
+    await p.fill("#temperature", "0");
+    await p.press("#input", "Enter");
+    assert.match(await notice(p, /max_tokens/), /^Not sent: .*max_tokens.* must be at most \d+, got 99999999999\. \(HTTP 400\)$/);
+    assert.equal(await p.inputValue("#input"), typed);
+    assert.equal(await p.locator(".msg").count(), 0);
+    assert.equal(posts.length, 1);
+
+    // The right key: sent, answered, and the input is empty again.
+    await p.fill("#max-tokens", "4");
+    await p.press("#input", "Enter");
+    await p.waitForSelector(".msg.assistant:not(.streaming) .stats:not(:empty)", { timeout: 60000 });
+    assert.equal(await p.inputValue("#input"), "");
+    assert.equal(await p.isVisible("#notice"), false);
+
+    // The server goes away: the next message is not lost.
+    assert.equal(await keyed.stop(), 0, "the keyed server shuts down cleanly:\n" + keyed.stderr());
+    await p.fill("#input", "Are you there?");
+    await p.press("#input", "Enter");
+    assert.match(await notice(p, /unreachable/), /^Not sent: the server is unreachable \(.+\)\.$/);
+    assert.equal(await p.inputValue("#input"), "Are you there?");
+    assert.equal(await p.locator(".msg.user").count(), 1, "only the message that was answered is in the conversation");
+    assert.equal(await p.isVisible("#send"), true);
+  } finally {
+    await p.close();
+    await keyed.stop();
+  }
 });

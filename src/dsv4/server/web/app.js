@@ -21,6 +21,7 @@ const ui = {
   temperature: $("temperature"),
   maxTokens: $("max-tokens"),
   apiKey: $("api-key"),
+  notice: $("notice"),
 };
 
 const state = {
@@ -40,10 +41,37 @@ for (const key of saved) {
 ui.think.checked = localStorage.getItem("dsv4.think") === "1";
 ui.think.addEventListener("change", () => localStorage.setItem("dsv4.think", ui.think.checked ? "1" : "0"));
 ui.settings.addEventListener("submit", (e) => e.preventDefault());
-ui.settingsToggle.addEventListener("click", () => {
-  ui.settings.hidden = !ui.settings.hidden;
-  ui.settingsToggle.setAttribute("aria-expanded", String(!ui.settings.hidden));
-});
+function showSettings(show) {
+  ui.settings.hidden = !show;
+  ui.settingsToggle.setAttribute("aria-expanded", String(show));
+}
+ui.settingsToggle.addEventListener("click", () => showSettings(ui.settings.hidden));
+ui.apiKey.addEventListener("change", () => loadModel());
+
+// Numeric settings are sent exactly as typed: a value the API would refuse is marked invalid
+// beside its field and stops the send; it is never clamped or replaced by a default.
+const numeric = [
+  { input: ui.temperature, error: $("temperature-error"), label: "Temperature", rule: "a number from 0 to 2",
+    integer: false, min: 0, max: 2 },
+  { input: ui.maxTokens, error: $("max-tokens-error"), label: "Max tokens", rule: "a whole number of at least 1",
+    integer: true, min: 1, max: Infinity },
+];
+
+// The setting's value, or null after marking the field invalid (its reason shown beside it).
+function checkSetting(s) {
+  const raw = s.input.value.trim();  // "" too when the browser could not read a number
+  const x = Number(raw);
+  const ok = raw !== "" && !s.input.validity.badInput && Number.isFinite(x) && (!s.integer || Number.isInteger(x)) &&
+             x >= s.min && x <= s.max;
+  s.input.setAttribute("aria-invalid", String(!ok));
+  s.error.textContent = ok ? "" : `${s.label} must be ${s.rule}${raw ? `, not ${raw}` : ""}.`;
+  s.error.hidden = ok;
+  return ok ? x : null;
+}
+for (const s of numeric) {
+  s.input.addEventListener("input", () => checkSetting(s));
+  checkSetting(s);  // a stored value may be out of range
+}
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -53,19 +81,38 @@ function headers() {
 
 // ---- server status ----------------------------------------------------------------------------
 
+const unreachable = (e) => `the server is unreachable (${e.message}).`;
+
+// Why the server refused a request: its error JSON's message when it sent one.
+async function refusal(res) {
+  if (res.status === 401 && !ui.apiKey.value) return "this server needs an API key: enter it in Settings.";
+  const body = await res.json().catch(() => null);
+  const message = body && body.error && body.error.message;
+  return message ? `${message} (HTTP ${res.status})` : `HTTP ${res.status} ${res.statusText}`.trim() + ".";
+}
+
+// Asks the server for its model; returns why that failed, "" when it worked.
 async function loadModel() {
+  let res;
   try {
-    const res = await fetch("/v1/models", { headers: headers() });
-    if (res.status === 401) {
-      ui.model.textContent = "API key needed (Settings)";
-      return;
-    }
-    const body = await res.json();
-    state.model = body.data[0].id;
-    ui.model.textContent = state.model;
-  } catch {
+    res = await fetch("/v1/models", { headers: headers() });
+  } catch (e) {
     ui.model.textContent = "server unreachable";
+    return unreachable(e);
   }
+  if (!res.ok) {
+    ui.model.textContent = res.status === 401 ? "API key needed (Settings)" : `HTTP ${res.status}`;
+    return refusal(res);
+  }
+  const body = await res.json().catch(() => null);
+  const id = body && Array.isArray(body.data) && body.data[0] && body.data[0].id;
+  if (typeof id !== "string") {
+    ui.model.textContent = "no model";
+    return "the server named no model in /v1/models.";
+  }
+  state.model = id;
+  ui.model.textContent = id;
+  return "";
 }
 
 async function pollHealth() {
@@ -120,6 +167,12 @@ function addAssistantMessage() {
   return { msg, thinking, summary, reasoning, bubble, tools, stats };
 }
 
+// Why the typed message was not sent; the text stays in the input for another try.
+function notSent(why) {
+  ui.notice.textContent = "Not sent: " + why;
+  ui.notice.hidden = false;
+}
+
 function showError(view, text) {
   view.msg.append(element("div", "error", text));
   scrollToEnd();
@@ -136,34 +189,76 @@ function formatStats(s) {
 
 // ---- one answer -------------------------------------------------------------------------------
 
-async function send(text) {
-  if (!state.model) await loadModel();
-  if (!state.model) return;
-  state.messages.push({ role: "user", content: text });
-  addUserMessage(text);
-  const view = addAssistantMessage();
-
+// Posts the conversation plus `text`; returns the streaming response once the server accepted
+// it, or null after saying why not.
+async function post(text, temperature, maxTokens) {
+  if (!state.model) {
+    const why = await loadModel();
+    if (why) {
+      notSent(why);
+      return null;
+    }
+  }
   const messages = [];
   if (ui.system.value.trim()) messages.push({ role: "system", content: ui.system.value });
-  messages.push(...state.messages);
+  messages.push(...state.messages, { role: "user", content: text });
   const body = {
     model: state.model,
     messages,
     stream: true,
     stream_options: { include_usage: true },
-    max_tokens: Math.max(1, parseInt(ui.maxTokens.value, 10) || 1024),
-    temperature: Math.min(2, Math.max(0, parseFloat(ui.temperature.value) || 0)),
+    max_tokens: maxTokens,
+    temperature,
   };
   if (ui.think.checked) body.thinking = { type: "enabled" };
+  let res;
+  try {
+    res = await fetch("/v1/chat/completions", {
+      method: "POST",
+      headers: headers(),
+      body: JSON.stringify(body),
+      signal: state.controller.signal,
+    });
+  } catch (e) {
+    notSent(e.name === "AbortError" ? "stopped before the server answered." : unreachable(e));
+    return null;
+  }
+  if (!res.ok) {
+    notSent(await refusal(res));
+    return null;
+  }
+  return res;
+}
+
+async function send(text) {
+  ui.notice.hidden = true;
+  const [temperature, maxTokens] = numeric.map(checkSetting);
+  if (temperature === null || maxTokens === null) {
+    showSettings(true);
+    notSent(numeric.map((s) => s.error.textContent).filter(Boolean).join(" "));
+    return;
+  }
+  state.controller = new AbortController();
+  setBusy(true);
+  const start = performance.now();
+  const res = await post(text, temperature, maxTokens);
+  if (!res) {
+    state.controller = null;
+    setBusy(false);
+    return;
+  }
+  // Accepted: the message joins the conversation and leaves the input.
+  ui.input.value = "";
+  autosize();
+  state.messages.push({ role: "user", content: text });
+  addUserMessage(text);
+  const view = addAssistantMessage();
 
   const answer = { content: "", reasoning: "", toolCalls: [], finish: null };
   const stats = { ttft: null, tokPerSec: null, tokens: null, cached: null };
-  const start = performance.now();
   let firstAt = null;
   let pieces = 0;
   let stopped = false;
-  state.controller = new AbortController();
-  setBusy(true);
 
   const onEvent = (data) => {
     if (data === "[DONE]") return;
@@ -210,18 +305,6 @@ async function send(text) {
   };
 
   try {
-    const res = await fetch("/v1/chat/completions", {
-      method: "POST",
-      headers: headers(),
-      body: JSON.stringify(body),
-      signal: state.controller.signal,
-    });
-    if (!res.ok) {
-      const err = await res.json().catch(() => null);
-      showError(view, err && err.error ? err.error.message : `HTTP ${res.status}`);
-      state.messages.pop();
-      return;
-    }
     const reader = res.body.getReader();
     const decoder = new TextDecoder();
     let buffer = "";
@@ -271,9 +354,7 @@ ui.form.addEventListener("submit", (e) => {
   e.preventDefault();
   const text = ui.input.value.trim();
   if (!text || state.controller) return;
-  ui.input.value = "";
-  autosize();
-  send(text);
+  send(text);  // clears the input only once the server has accepted the message
 });
 ui.input.addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
