@@ -30,20 +30,10 @@
 namespace dsv4 {
 namespace {
 
+using test::kAsan;
+
 using kernels::Numerics;
 using test::fixture;
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
 
 std::vector<int32_t> ids(const nlohmann::json& a) { return a.get<std::vector<int32_t>>(); }
 

@@ -25,17 +25,7 @@ extern char** environ;
 namespace dsv4 {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+using test::kAsan;
 
 // One HTTP/1.1 request on a fresh loopback connection; returns the whole response.
 std::string http(int port, const std::string& method, const std::string& path, const std::string& body = "") {

@@ -9,6 +9,20 @@
 
 namespace dsv4::test {
 
+// Built with AddressSanitizer: RSS measurements (shadow memory, the quarantine of freed blocks)
+// say nothing about the release build's memory, so tests that measure RSS skip themselves.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
 // An engine for the checkpoint in `dir` with every routed expert resident (no RAM plan), or
 // with `experts` when given.
 std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions& options = {},
