@@ -421,6 +421,35 @@ TEST(KernelFast, PreparedInputReuse) {
   EXPECT_THROW(matmul(odd.m, x.data(), 1, y.data(), Numerics::kFast, nullptr), Error);
 }
 
+// A scratch QuantizedInput passed to every matmul(w, x, ...) keeps its buffers: after the largest
+// call nothing grows, and the results are the bits of calls with a temporary one.
+TEST(KernelFast, ScratchInputReuseAllocatesOnce) {
+  std::mt19937 rng(8);
+  ThreadPool pool2(2);
+  TestMatrix a = make_matrix(WeightFormat::kFP4, 96, 256, rng, Codes::kNormal);
+  TestMatrix b = make_matrix(WeightFormat::kFP8, 64, 256, rng, Codes::kNormal);
+  auto x = random_x(20, 256, rng);
+  auto capacity = [](const QuantizedInput& in) {
+    return in.q.capacity() + in.ql.capacity() + 2 * in.qg.capacity() + 4 * in.d.capacity() + 4 * in.qsum12.capacity();
+  };
+  QuantizedInput scratch;
+  size_t after_first = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t n : {20, 1, 7, 20}) {
+      for (const TestMatrix* t : {&a, &b}) {
+        std::vector<float> y1(static_cast<size_t>(n * t->m.rows)), y2(y1.size());
+        matmul(t->m, x.data(), n, y1.data(), Numerics::kFast, &pool2, 0, &scratch);
+        matmul(t->m, x.data(), n, y2.data(), Numerics::kFast, &pool2);
+        EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0);
+      }
+      if (after_first == 0) after_first = capacity(scratch);
+    }
+  }
+  EXPECT_GT(after_first, 0u);
+  EXPECT_EQ(capacity(scratch), after_first);
+  EXPECT_LE(after_first, quantized_input_bytes(20, 256));
+}
+
 // matmul_batch gives each task exactly the bits of its own matmul, on every path and thread count.
 TEST(KernelFast, BatchEqualsSeparateCalls) {
   std::mt19937 rng(9);

@@ -54,8 +54,10 @@ namespace {
 
 const Table* compiled(const std::string& name) {
   if (name == "scalar") return &scalar_table();
-  if (name == "avx2") return avx2_table();
-  if (name == "avx512") return avx512_table();
+#if defined(__x86_64__)
+  if (name == "avx2") return &avx2_table();
+  if (name == "avx512") return &avx512_table();
+#endif
   return nullptr;
 }
 
@@ -94,8 +96,8 @@ namespace dsv4::kernels {
 
 std::vector<std::string> runnable_paths() {
   std::vector<std::string> out{"scalar"};
-  if (detail::avx2_table() && detail::cpu_supports("avx2")) out.push_back("avx2");
-  if (detail::avx512_table() && detail::cpu_supports("avx512")) out.push_back("avx512");
+  for (const char* name : {"avx2", "avx512"})
+    if (detail::compiled(name) && detail::cpu_supports(name)) out.push_back(name);
   return out;
 }
 

@@ -239,9 +239,10 @@ void matmul_batch(const MatmulTask* tasks, int64_t count, Numerics numerics, Thr
 }
 
 void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numerics, ThreadPool* pool,
-            int64_t y_stride) {
+            int64_t y_stride, QuantizedInput* scratch) {
   const detail::Table& t = detail::active_table();
-  QuantizedInput in;
+  QuantizedInput temporary;
+  QuantizedInput& in = scratch ? *scratch : temporary;
   const Numerics prep = uses_quantized_input(w, numerics) ? Numerics::kFast : Numerics::kReference;
   detail::prepare_input_with(t, x, n, w.cols, prep, &in, pool);
   detail::matmul_with(t, w, in, y, numerics, pool, y_stride);

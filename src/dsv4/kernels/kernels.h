@@ -49,9 +49,14 @@ struct Matrix {
 // Decodes row r of W into out[cols] as float32 (exact). For tests and small lookups.
 void decode_row(const Matrix& w, int64_t r, float* out);
 
-// y[n, w.rows] = x[n, w.cols] * W^T. y rows are y_stride floats apart (>= w.rows).
+struct QuantizedInput;
+
+// y[n, w.rows] = x[n, w.cols] * W^T. y rows are y_stride floats apart (>= w.rows). x is
+// prepared for w into `scratch` (quantized for fast FP4); a caller that keeps one, grown once
+// to its largest shape (quantized_input_bytes), makes the call allocate nothing. nullptr: a
+// temporary one (allocates per call in fast mode: tests and one-off products).
 void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numerics,
-            ThreadPool* pool, int64_t y_stride = 0);
+            ThreadPool* pool, int64_t y_stride = 0, QuantizedInput* scratch = nullptr);
 
 // Activations prepared once for several matrices that share the same input (wq_a and wkv,
 // expert w1 and w3, ...). In fast mode the FP4 kernels need x quantized per block of 32; doing

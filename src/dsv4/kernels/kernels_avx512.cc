@@ -15,7 +15,7 @@
 #endif
 #define DSV4_SIMD_VNNI 1
 #define DSV4_SIMD_AVX512 1
-#include "dsv4/kernels/kernels_simd_impl.h"
+#include "dsv4/kernels/kernels_x86.inc"
 
 namespace dsv4_simd {
 namespace {
@@ -47,10 +47,10 @@ double fma_probe512(int64_t iters) {
 
 namespace dsv4::kernels::detail {
 
-const Table* avx512_table() {
+const Table& avx512_table() {
   static const Table t{"avx512",        dsv4_simd::matmul_rows,  dsv4_simd::quantize_rows, dsv4_simd::dot,
                        dsv4_simd::axpy, dsv4_simd::fma_probe512, dsv4_simd::read_probe};
-  return &t;
+  return t;
 }
 
 }  // namespace dsv4::kernels::detail

@@ -161,8 +161,10 @@ struct Table {
 };
 
 const Table& scalar_table();
-const Table* avx2_table();    // null when not compiled in
-const Table* avx512_table();  // null when not compiled in
+#if defined(__x86_64__)
+const Table& avx2_table();    // kernels_avx2.cc (the x86 files are built only for x86-64)
+const Table& avx512_table();  // kernels_avx512.cc
+#endif
 bool cpu_supports(const std::string& path);
 
 // The path chosen at start-up (DSV4_KERNELS or CPUID). Thread-safe static init.
@@ -173,7 +175,8 @@ const Table& table_by_name(const std::string& name);
 // The front end with an explicit path (tests run every path through this).
 void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, float* y,
                  Numerics numerics, ThreadPool* pool, int64_t y_stride);
-void matmul_batch_with(const Table& t, const MatmulTask* tasks, int64_t count, Numerics numerics, ThreadPool* pool);
+void matmul_batch_with(const Table& t, const MatmulTask* tasks, int64_t count, Numerics numerics,
+                       ThreadPool* pool);
 void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols, Numerics numerics,
                         QuantizedInput* in, ThreadPool* pool);
 
