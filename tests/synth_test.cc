@@ -226,8 +226,9 @@ TEST(Bench, ModelJsonFields) {
                           " --ram min --prompt-tokens 6 --gen-tokens 3 --threads 1 --ssd-probe-bytes 4194304 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
-  for (const char* key : {"load_s", "ttft_s", "prefill_tok_s", "decode_tok_s", "hit_rate", "bytes_read_per_token",
-                          "ssd_gbps_measured", "io_bound_s_per_token", "decode_s_per_token", "peak_rss_bytes"}) {
+  for (const char* key : {"load_s", "ttft_s", "prefill_tok_s", "prefill_gflops", "fma_gflops", "prefill_vs_fma",
+                          "decode_tok_s", "hit_rate", "bytes_read_per_token", "ssd_gbps_measured",
+                          "io_bound_s_per_token", "decode_s_per_token", "peak_rss_bytes"}) {
     ASSERT_TRUE(j.contains(key)) << key;
     EXPECT_TRUE(j[key].is_number()) << key;
     EXPECT_GE(j[key].get<double>(), 0.0) << key;
@@ -237,6 +238,17 @@ TEST(Bench, ModelJsonFields) {
   EXPECT_LE(j["hit_rate"].get<double>(), 1.0);
   EXPECT_GT(j["ssd_gbps_measured"].get<double>(), 0.0);
   EXPECT_GT(j["bytes_read_per_token"].get<double>(), 0.0);
+  // Effective prefill FLOP/s: 2 x (parameters multiplied per token x tokens + head) / TTFT,
+  // against the FMA peak measured in the same run.
+  EXPECT_GT(j["fma_gflops"].get<double>(), 0.0);
+  const double per_token = j["details"]["prefill_params_per_token"].get<double>();
+  const double head = j["details"]["head_params"].get<double>();
+  EXPECT_GT(per_token, 0.0);
+  EXPECT_GT(head, 0.0);
+  EXPECT_NEAR(j["prefill_gflops"].get<double>(), 2.0 * (per_token * 6 + head) / j["ttft_s"].get<double>() / 1e9,
+              1e-6 * j["prefill_gflops"].get<double>());
+  EXPECT_NEAR(j["prefill_vs_fma"].get<double>(), j["prefill_gflops"].get<double>() / j["fma_gflops"].get<double>(),
+              1e-9);
 
   auto all = test::run_dsv4("bench -m " + fixture("tiny-a") +
                             " --ram 4G --prompt-tokens 6 --gen-tokens 3 --threads 1 --ssd-probe-bytes 4194304 --json");

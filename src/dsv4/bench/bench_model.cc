@@ -12,12 +12,14 @@
 
 #include "dsv4/bench/bench.h"
 #include "dsv4/bench/expert_trace.h"
+#include "dsv4/bench/machine_limits.h"
 #include "dsv4/bench/ssd_probe.h"
 #include "dsv4/cli/common.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 #include "dsv4/util/memory.h"
+#include "dsv4/util/thread_pool.h"
 
 namespace dsv4::cli {
 namespace {
@@ -149,6 +151,37 @@ void print_replay(const MemoryPlan& plan, const ReplayReport& rr) {
                r["bytes_read_per_token"].get<double>() / 1e6, r["hit_rate"].get<double>(), r["read_gbps"].get<double>());
 }
 
+// Multiply-adds per prompt token of a prefill (2 FLOP each): every matrix of the main layers
+// once per token (routed experts: K of E per layer), and the head once per logit row. 1-D
+// tensors (norms, biases) and the embedding lookup are not products; the MTP layer does not
+// run. This is the "2 x active parameters" of the issue, counted from the checkpoint itself.
+struct PrefillWork {
+  double per_token = 0;  // parameters multiplied per token (main layers)
+  double head = 0;       // head parameters, multiplied once per logit row
+  double flops(int64_t tokens, int64_t logit_rows) const { return 2.0 * (per_token * tokens + head * logit_rows); }
+};
+
+PrefillWork prefill_work(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config();
+  PrefillWork w;
+  for (const auto& [name, ref] : ck.tensors()) {
+    const auto& shape = ref.info->shape;
+    if (shape.size() != 2 || name == "embed.weight" || name.rfind("mtp.", 0) == 0) continue;
+    // Weights only: not the E8M0 block scales, not the hash routing table (integers); packed
+    // FP4 experts (I8) hold two values per byte.
+    const DType t = ref.info->dtype;
+    if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16 && t != DType::kF8_E4M3 && t != DType::kI8) continue;
+    const double numel = double(shape[0]) * double(shape[1]) * (t == DType::kI8 ? 2.0 : 1.0);
+    if (name.rfind("layers.", 0) != 0) {
+      if (name == "head.weight") w.head += numel;
+      continue;
+    }
+    const bool routed = name.find(".ffn.experts.") != std::string::npos;
+    w.per_token += routed ? numel * c.n_experts_per_token / c.n_routed_experts : numel;
+  }
+  return w;
+}
+
 }  // namespace
 
 int bench_model(const BenchModelOptions& o) {
@@ -228,6 +261,14 @@ int bench_model(const BenchModelOptions& o) {
       t = static_cast<int32_t>(x % static_cast<uint64_t>(V));
     }
   }
+  // The FP32 FMA peak of this path at the engine's thread count, in the same run (before the
+  // prefill and after the decode: the machine's limits move from minute to minute).
+  const PrefillWork work = prefill_work(probe_ck);
+  double fma_before = 0;
+  {
+    ThreadPool probe_pool(engine->threads());
+    fma_before = kernels::measure_fma_gflops(&probe_pool, 3);
+  }
   SessionState session = engine->new_session();
   std::vector<float> logits(static_cast<size_t>(V));
   const ExpertStats s0 = experts.stats();
@@ -251,6 +292,13 @@ int bench_model(const BenchModelOptions& o) {
   const ExpertStats s2 = experts.stats();
   const uint64_t peak_rss = peak_rss_bytes();
   const SsdProbeResult ssd_after = probe(0.6);
+  double fma_after = 0;
+  {
+    ThreadPool probe_pool(engine->threads());
+    fma_after = kernels::measure_fma_gflops(&probe_pool, 3);
+  }
+  const double fma_gflops = 0.5 * (fma_before + fma_after);
+  const double prefill_gflops = work.flops(prompt_len, 1) / ttft_s / 1e9;
 
   const ExpertStats prefill = s1 - s0, decode = s2 - s1;
   double decode_total = 0;
@@ -278,6 +326,9 @@ int bench_model(const BenchModelOptions& o) {
     j["load_s"] = load_s;
     j["ttft_s"] = ttft_s;
     j["prefill_tok_s"] = double(prompt_len) / ttft_s;
+    j["prefill_gflops"] = prefill_gflops;
+    j["fma_gflops"] = fma_gflops;
+    j["prefill_vs_fma"] = fma_gflops > 0 ? prefill_gflops / fma_gflops : 0.0;
     j["decode_tok_s"] = G / decode_total;
     j["hit_rate"] = decode.hit_rate();
     j["bytes_read_per_token"] = bytes_per_token;
@@ -292,6 +343,10 @@ int bench_model(const BenchModelOptions& o) {
     d["gen_tokens"] = o.gen_tokens;
     d["threads"] = engine->threads();
     d["kernels"] = kernels::active_path();
+    d["chunk"] = o.model.chunk > 0 ? o.model.chunk : prompt_len;
+    d["fma_gflops_before_after"] = {fma_before, fma_after};
+    d["prefill_params_per_token"] = work.per_token;
+    d["head_params"] = work.head;
     d["plan"] = plan.summary();
     d["budget_bytes"] = plan.budget;
     d["expert_slots"] = plan.slots;
@@ -322,6 +377,10 @@ int bench_model(const BenchModelOptions& o) {
   fmt::print("load         {:.2f} s\n", load_s);
   fmt::print("prefill      {} tokens, TTFT {:.2f} s, {:.2f} tok/s, {:.1f}% hits, {:.2f} GB read\n", prompt_len,
              ttft_s, double(prompt_len) / ttft_s, 100 * prefill.hit_rate(), prefill.bytes_read / 1e9);
+  fmt::print("prefill work {:.1f} GFLOP/s effective (2 x {:.2f} G parameters per token + head) = {:.0f}% of the FP32 FMA "
+             "peak {:.0f} GFLOP/s ({} width, {} threads, same run: {:.0f} before, {:.0f} after)\n",
+             prefill_gflops, work.per_token / 1e9, 100 * prefill_gflops / fma_gflops, fma_gflops, kernels::active_path(),
+             engine->threads(), fma_before, fma_after);
   fmt::print("decode       {} tokens, {:.3f} s/token (median {:.3f}), {:.2f} tok/s\n", o.gen_tokens,
              decode_s_per_token, median(step_s), G / decode_total);
   fmt::print("experts      {:.1f}% hits, {:.1f} MB read/token at {:.2f} GB/s achieved, {:.3f} s/token blocked on I/O, "
