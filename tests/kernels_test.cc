@@ -37,7 +37,23 @@ struct TestMatrix {
   std::vector<uint8_t> scales;
 };
 
-enum class Codes { kNormal, kAll };  // kAll: every code (incl. FP8 NaN) and the widest scales
+// kNormal: random codes (FP8: every finite code equally likely); kAll: every code (incl. FP8
+// NaN) and the widest scales; kGaussian (FP8): Gaussian weights quantized as the official
+// checkpoints are (each 128 x 128 block's largest magnitude mapped near 448).
+enum class Codes { kNormal, kAll, kGaussian };
+
+// The E4M3 code nearest to v (|v| <= 448; ties to the smaller magnitude): positive codes
+// 0..126 are ordered by value.
+uint8_t fp8_encode(float v) {
+  const float a = std::fabs(v);
+  int lo = 0, hi = 126;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (fp8_e4m3_to_f32(static_cast<uint8_t>(mid)) <= a) lo = mid; else hi = mid - 1;
+  }
+  if (lo < 126 && fp8_e4m3_to_f32(static_cast<uint8_t>(lo + 1)) - a < a - fp8_e4m3_to_f32(static_cast<uint8_t>(lo))) ++lo;
+  return static_cast<uint8_t>(lo | (v < 0 ? 0x80 : 0));
+}
 
 TestMatrix make_matrix(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng, Codes codes,
                        int scale_lo = 118, int scale_hi = 126) {
@@ -62,6 +78,10 @@ TestMatrix make_matrix(WeightFormat f, int64_t rows, int64_t cols, std::mt19937&
       break;
     }
     case WeightFormat::kFP8:
+      if (codes == Codes::kGaussian) {  // sigma ~107: the block maxima land near 448
+        for (auto& e : t.data) e = fp8_encode(std::clamp(gauss(rng) * 107.0f, -448.0f, 448.0f));
+        break;
+      }
       for (size_t k = 0; k < t.data.size(); ++k) {
         uint8_t c = static_cast<uint8_t>(codes == Codes::kAll ? k % 256 : byte(rng));
         if (codes == Codes::kNormal && (c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes
@@ -283,14 +303,18 @@ TEST(KernelPaths, AllCodesAndEdgeScales) {
       }
     }
   }
-  // Decoding: every code exactly, NaN codes as NaN, E8M0 255 as NaN.
+  // Decoding: every code exactly, NaN codes as NaN, E8M0 255 as NaN; the fast FP8 integer
+  // weight of every code at every shift is the rounded exact product (NaN codes as +-480).
   for (int c = 0; c < 256; ++c) {
     float v = fp8_e4m3_to_f32(static_cast<uint8_t>(c));
     if ((c & 0x7f) == 0x7f) {
       EXPECT_TRUE(std::isnan(v));
-    } else {
-      EXPECT_EQ(detail::fp8_fast_value(static_cast<uint8_t>(c)), std::ldexp(v, -120)) << c;
+      v = (c & 0x80) ? -480.0f : 480.0f;
     }
+    EXPECT_LT(std::fabs(v), 4.0f * detail::fp8_fast_ubyte(static_cast<uint8_t>(c))) << c;
+    for (int k = 0; k <= 9; ++k)
+      EXPECT_EQ(detail::fp8_fast_weight(static_cast<uint8_t>(c), k), std::nearbyint(double(v) * std::ldexp(1.0, k)))
+          << c << " k=" << k;
   }
   EXPECT_TRUE(std::isnan(e8m0_to_f32(255)));
   EXPECT_EQ(e8m0_to_f32(0), std::ldexp(1.0f, -127));
@@ -314,6 +338,39 @@ TEST(KernelPaths, AllCodesAndEdgeScales) {
     }
 }
 
+// The fast FP8 shift keeps every block's integer weights in int16 and their absolute sum so
+// small that no 16-bit activation block can overflow an int32 sum: random blocks, blocks of
+// the largest codes, a single large code among small ones, short (partial) blocks.
+TEST(KernelFast, Fp8ShiftCannotOverflow) {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> byte(0, 255), len(1, 32);
+  auto check = [](const uint8_t* codes, int n) {
+    const int k = detail::fp8_fast_shift(codes, n);
+    int64_t sum = 0, big = 0;
+    for (int c = 0; c < n; ++c) {
+      const int64_t w = std::abs(detail::fp8_fast_weight(codes[c], k));
+      sum += w, big = std::max(big, w);
+    }
+    EXPECT_LE(big, 30720) << "k=" << k;
+    EXPECT_LE(sum * detail::kQMax, int64_t{2147483647}) << "k=" << k;
+    EXPECT_GE(k, 2);
+    EXPECT_LE(k, 9);
+  };
+  uint8_t codes[32];
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int n = trial % 3 ? 32 : len(rng);
+    const int kind = trial % 5;
+    for (int c = 0; c < n; ++c) {
+      int v = byte(rng);
+      if (kind == 1) v = 0x7e | (v & 0x80);                           // the largest finite codes
+      if (kind == 2) v = c == 0 ? (0x7f | (v & 0x80)) : (v & 0x87);  // one NaN-as-480 among tiny codes
+      if (kind == 3) v = (v & 0x80) | (0x40 + (v & 0x3f));           // one exponent band
+      codes[c] = static_cast<uint8_t>(v);
+    }
+    check(codes, n);
+  }
+}
+
 TEST(KernelPaths, DotAndAxpyBitExact) {
   std::mt19937 rng(5);
   const detail::Table& s = detail::scalar_table();
@@ -331,9 +388,9 @@ TEST(KernelPaths, DotAndAxpyBitExact) {
   }
 }
 
-// Fast mode against reference. FP4: activations are rounded to 16-bit integers per 32 columns,
-// so each product moves by at most |w| * d / 2 with d = amax / 32512; the bound below is that
-// plus float rounding. FP8: only the place where the weight scale is applied differs (a few ulps).
+// Fast mode against reference. FP4 and FP8: activations are rounded to 16-bit integers per 32
+// columns, so each product moves by at most |w| * d / 2 with d = amax / 32512; FP8 weights are
+// also rounded to their block's integer grid. The bound below is that plus float rounding.
 TEST(KernelFast, WithinStatedBoundOfReference) {
   std::mt19937 rng(6);
   const detail::Table& tab = detail::active_table();
@@ -358,8 +415,29 @@ TEST(KernelFast, WithinStatedBoundOfReference) {
           }
           qbound += wsum * amax / 32512.0 * 0.5;
         }
+        // FP8 also rounds each weight to its block's grid 2^-k (in units of the block scale):
+        // at most half a grid step per weight, and the activation bound then holds for the
+        // rounded weights (|w| + half a step).
+        double wbound = 0;
+        if (f == WeightFormat::kFP8) {
+          const uint8_t* codes = t.data.data() + r * cols;
+          qbound = 0;
+          for (int64_t b = 0; b < ceil_div(cols, 32); ++b) {
+            const int len = static_cast<int>(std::min<int64_t>(32, cols - b * 32));
+            const int k = detail::fp8_fast_shift(codes + b * 32, len);
+            const double step = e8m0_to_f32(t.scales[(r / 128) * ceil_div(cols, 128) + b / 4]) * std::ldexp(1.0, -k);
+            double amax = 0, wsum = 0;
+            for (int64_t c = b * 32; c < b * 32 + len; ++c) {
+              amax = std::max(amax, std::fabs(double(x[i * cols + c])));
+              wsum += std::fabs(double(row[c])) + step / 2;
+              wbound += std::fabs(double(x[i * cols + c])) * step / 2;
+            }
+            qbound += wsum * amax / 32512.0 * 0.5;
+          }
+        }
         double err = std::fabs(double(yf[i * rows + r]) - double(yr[i * rows + r]));
-        double bound = (f == WeightFormat::kFP4 ? qbound * 1.001 : 0.0) + 1e-6 * mag + 1e-30;
+        double bound = (f == WeightFormat::kFP4 || f == WeightFormat::kFP8 ? qbound * 1.001 : 0.0) + wbound * 1.001 +
+                       1e-6 * mag + 1e-30;
         ASSERT_LE(err, bound) << format_name(f) << " r=" << r << " i=" << i;
         if (mag > 0) worst = std::max(worst, err / mag);
       }
@@ -367,19 +445,21 @@ TEST(KernelFast, WithinStatedBoundOfReference) {
     if (f == WeightFormat::kF32 || f == WeightFormat::kBF16) {
       EXPECT_EQ(std::memcmp(yr.data(), yf.data(), yr.size() * 4), 0) << "fast is reference for float weights";
     }
-    if (f == WeightFormat::kFP4) {
-      EXPECT_GT(worst, 0.0) << "fast fp4 should differ from reference";
+    if (f == WeightFormat::kFP4 || f == WeightFormat::kFP8) {
+      EXPECT_GT(worst, 0.0) << "fast " << format_name(f) << " should differ from reference";
     }
   }
 }
 
-// Fast FP4 is precise enough for near-tie routing decisions: at an expert shape with Gaussian
-// activations the RMS error against the exact product is ~2e-5 of the RMS output (the former
-// single-plane int8 activations gave 5e-3, which flipped top-k decisions of the test models).
-TEST(KernelFast, Fp4RelativeErrorSmall) {
+// Fast FP4 and FP8 are precise enough for near-tie routing decisions: at an expert shape with
+// Gaussian activations the RMS error against the exact product is ~2e-5 (FP4) and ~3e-5 (FP8,
+// Gaussian weights as checkpoints have them) of the RMS output (the former single-plane int8
+// activations gave 5e-3, which flipped top-k decisions of the test models).
+TEST(KernelFast, RelativeErrorSmall) {
+  for (WeightFormat f : {WeightFormat::kFP4, WeightFormat::kFP8}) {
   std::mt19937 rng(11);
   const int64_t rows = 256, cols = 4096, n = 4;
-  TestMatrix t = make_matrix(WeightFormat::kFP4, rows, cols, rng, Codes::kNormal);
+  TestMatrix t = make_matrix(f, rows, cols, rng, f == WeightFormat::kFP8 ? Codes::kGaussian : Codes::kNormal);
   auto x = random_x(n, cols, rng);
   auto y = run(detail::active_table(), t.m, x, n, Numerics::kFast, nullptr);
   std::vector<float> row(static_cast<size_t>(cols));
@@ -394,8 +474,10 @@ TEST(KernelFast, Fp4RelativeErrorSmall) {
     }
   }
   const double rel = std::sqrt(err2 / ref2);
-  EXPECT_LT(rel, 1e-4);
-  EXPECT_GT(rel, 1e-7) << "fast fp4 is expected to quantize the activations";
+  std::printf("fast %s: RMS relative error %.3g\n", format_name(f), rel);
+  EXPECT_LT(rel, f == WeightFormat::kFP4 ? 5e-5 : 6e-5) << format_name(f);
+  EXPECT_GT(rel, 1e-7) << "fast " << format_name(f) << " is expected to quantize the activations";
+  }
 }
 
 // The fast path reuses one prepared input for several matrices; results equal matmul(x).
@@ -430,7 +512,7 @@ TEST(KernelFast, ScratchInputReuseAllocatesOnce) {
   TestMatrix b = make_matrix(WeightFormat::kFP8, 64, 256, rng, Codes::kNormal);
   auto x = random_x(20, 256, rng);
   auto capacity = [](const QuantizedInput& in) {
-    return in.q.capacity() + in.ql.capacity() + 2 * in.qg.capacity() + 4 * in.d.capacity() + 4 * in.qsum12.capacity();
+    return in.q.capacity() + in.ql.capacity() + 2 * in.qg.capacity() + 2 * in.q16.capacity() + 4 * in.d.capacity() + 4 * in.qsum12.capacity();
   };
   QuantizedInput scratch;
   size_t after_first = 0;
@@ -553,6 +635,20 @@ TEST(KernelFast, QuantizationEdgeCases) {
     EXPECT_EQ(detail::q_lo(127), 127);
     EXPECT_EQ(detail::q_hi(128), 1);
     EXPECT_EQ(detail::q_lo(128), -128);
+  }
+  // One row: Q also in the FP8 matrix-vector order (per 16 columns 0-3, 8-11, 4-7, 12-15),
+  // zeros in the padding.
+  {
+    QuantizedInput one;
+    detail::prepare_input_with(detail::scalar_table(), x.data() + 3 * cols, 1, cols, Numerics::kFast, &one, nullptr);
+    ASSERT_EQ(static_cast<int64_t>(one.q16.size()), one.padded_cols);
+    const int order[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+    for (int64_t c = 0; c < one.padded_cols; ++c) {
+      const int64_t col = c / 16 * 16 + order[c % 16];
+      const int64_t p = detail::span_pos(col);
+      ASSERT_EQ(one.q16[c], col < cols ? 256 * one.q[p] + one.ql[p] : 0) << c;
+    }
+    EXPECT_TRUE(want.q16.empty()) << "only a single row carries q16";
   }
   for (const auto& name : runnable_paths()) {
     QuantizedInput got;

@@ -90,9 +90,12 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
     body(0, n);
   }
   // The batched layout's padding rows (up to the next multiple of 8): zero activations.
-  if (n % kActGroup) {
-    for (int64_t i = n; i % kActGroup; ++i) zero_qg_row(in->padded_cols, i, in->qg.data());
-  }
+  for (int64_t i = n; i % kActGroup; ++i) zero_qg_row(in->padded_cols, i, in->qg.data());
+  // Row 0 also in the FP8 matrix-vector kernel's order (from qg, where row 0's column pair p
+  // sits at 2 * kActGroup * p); sized for every n so that a buffer grown once never grows again.
+  in->q16.resize(static_cast<size_t>(in->padded_cols));
+  if (n == 1)
+    for (int64_t c = 0; c < in->padded_cols; ++c) in->q16[q16_pos(c)] = in->qg[(c / 2) * 2 * kActGroup + (c & 1)];
   in->quantized = true;
 }
 
@@ -118,6 +121,7 @@ bool make_job(const Matrix& w, const QuantizedInput& in, float* y, Numerics nume
   job->q = in.quantized ? in.q.data() : nullptr;
   job->ql = in.quantized ? in.ql.data() : nullptr;
   job->qg = in.quantized ? in.qg.data() : nullptr;
+  job->q16 = in.quantized && in.n == 1 ? in.q16.data() : nullptr;
   job->d = in.quantized ? in.d.data() : nullptr;
   job->qsum12 = in.quantized ? in.qsum12.data() : nullptr;
   job->n = in.n;
@@ -221,7 +225,7 @@ void decode_row(const Matrix& w, int64_t r, float* out) {
 
 uint64_t quantized_input_bytes(int64_t n, int64_t cols) {
   const int64_t padded = ceil_div(cols, detail::kSpan) * detail::kSpan, blocks = n * ceil_div(cols, detail::kQBlock);
-  return static_cast<uint64_t>(2 * n * padded + 2 * detail::qg_elems(n, padded) + blocks * (4 + 4));
+  return static_cast<uint64_t>(2 * n * padded + 2 * detail::qg_elems(n, padded) + 2 * padded + blocks * (4 + 4));
 }
 
 void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, QuantizedInput* in,

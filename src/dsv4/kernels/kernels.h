@@ -11,7 +11,9 @@
 //   FP4  activations quantized to 16-bit integers per block of 32 with a float scale (kept as
 //        two int8 planes), exact integer block sums, float32 accumulation of the scaled block
 //        sums;
-//   FP8  float32 activations pre-multiplied by the weight block scale, weights used unscaled;
+//   FP8  the same 16-bit activations; weights as integers per (row, 32-column block) at a
+//        power-of-two shift chosen so the block sums cannot overflow, exact integer block sums,
+//        the same float32 chain;
 //   BF16/F32  the same as kReference.
 //
 // Every instruction-set path gives the same bits as the scalar reference for a given numerics
@@ -52,14 +54,14 @@ void decode_row(const Matrix& w, int64_t r, float* out);
 struct QuantizedInput;
 
 // y[n, w.rows] = x[n, w.cols] * W^T. y rows are y_stride floats apart (>= w.rows). x is
-// prepared for w into `scratch` (quantized for fast FP4); a caller that keeps one, grown once
+// prepared for w into `scratch` (quantized for fast FP4 and FP8); a caller that keeps one, grown once
 // to its largest shape (quantized_input_bytes), makes the call allocate nothing. nullptr: a
 // temporary one (allocates per call in fast mode: tests and one-off products).
 void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numerics,
             ThreadPool* pool, int64_t y_stride = 0, QuantizedInput* scratch = nullptr);
 
 // Activations prepared once for several matrices that share the same input (wq_a and wkv,
-// expert w1 and w3, ...). In fast mode the FP4 kernels need x quantized per block of 32; doing
+// expert w1 and w3, ...). In fast mode the FP4 and FP8 kernels need x quantized per block of 32; doing
 // it once per input instead of once per matrix saves that pass. The float activations are
 // borrowed, not copied: `x` must stay alive and unchanged while the QuantizedInput is used.
 struct QuantizedInput {
@@ -73,15 +75,18 @@ struct QuantizedInput {
   // Q as int16 in the batched kernel's layout: per group of 8 activation rows, per pair of
   // columns (natural order), the 8 rows' two values side by side (docs/kernels.md).
   std::vector<int16_t> qg;      // [ceil(n/8), padded_cols/2, 8, 2]
+  // Row 0 of Q as int16 in the FP8 matrix-vector kernel's order (per 16 columns
+  // 0-3, 8-11, 4-7, 12-15: the order its int16 packs leave the weights in); read when n == 1.
+  std::vector<int16_t> q16;     // [padded_cols]
   std::vector<float> d;         // [n, ceil(cols/32)] block scales
   std::vector<int32_t> qsum12;  // [n, ceil(cols/32)] 12 * (sum of Q in the block), for the kernels
   bool quantized = false;
 };
 
-// Whether the product with `w` in `numerics` reads the quantized activations (fast FP4 only);
+// Whether the product with `w` in `numerics` reads the quantized activations (fast FP4 and FP8);
 // preparing an input with Numerics::kFast is wasted work for any other matrix.
 inline bool uses_quantized_input(const Matrix& w, Numerics numerics) {
-  return numerics == Numerics::kFast && w.format == WeightFormat::kFP4;
+  return numerics == Numerics::kFast && (w.format == WeightFormat::kFP4 || w.format == WeightFormat::kFP8);
 }
 
 // Bytes a QuantizedInput prepared with Numerics::kFast holds for [n, cols] activations (what

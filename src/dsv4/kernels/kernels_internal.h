@@ -40,22 +40,6 @@ static inline int64_t span_pos(int64_t c) {
 // E8M0 as float, and half of it (FP4 fast mode uses doubled E2M1 values {0,1,2,3,4,6,8,12}).
 static inline float e8m0_half(uint8_t e) { return e8m0_to_f32(e) * 0.5f; }  // exact, 2^-128 is a denormal
 
-// FP8 fast-mode weight value: the E4M3 value times 2^-120, which is what placing the code's
-// bits into a float32 gives: sign-extend the byte, shift left 20 (sign -> bit 31, exponent and
-// mantissa -> bits 26..20), clear the sign copies in bits 30..27. The exponent bias 7 vs 127 is
-// the 2^-120; E4M3 subnormals land on float32 denormals, also exactly. The two NaN codes come
-// out as +-480 * 2^-120 (fast mode does not support NaN weights; checkpoints have none).
-static inline float fp8_fast_value(uint8_t code) {
-  uint32_t bits = (static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(code))) << 20) & 0x87ffffffu;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// FP8 fast-mode activation pre-scale for a weight block: 2^(e-127) * 2^120 = 2^(e-7).
-// Finite for e <= 134 (block scales up to 2^7; real checkpoints stay below 2^0).
-static inline float fp8_fast_scale(uint8_t e) { return e8m0_to_f32(e) * 0x1p120f; }
-
 // Fast-mode activations are 16-bit integers Q per 32-column block, |Q| <= kQMax = 127 * 256,
 // kept as two int8 planes: Q = 256 * hi + lo with hi in [-127, 127] and lo in [-128, 127].
 inline constexpr int32_t kQMax = 32512;
@@ -93,6 +77,44 @@ static inline void quantize_block_ref(const float* x, int len, int32_t* q, float
   }
 }
 
+// Fast FP8 weights: integers per (row, 32-column block), so that the products with the 16-bit
+// activations are exact int32 sums, as for FP4 (definition; SIMD must match; docs/kernels.md):
+//   u(code) = 2^(max(e, 8) - 8), e the E4M3 exponent field: |fp8(code)| < 4 u(code), a bound
+//     from the exponent alone that fits a byte (1..128);
+//   B = the sum of u over the block's 32 columns (columns past the row's end count as code 0);
+//   k = min(9, 14 - ceil(log2 B)), so B 2^k <= 2^14;
+//   w = round_half_even(fp8(code) * 2^k), the NaN codes 0x7f / 0xff counting as +-480.
+// Then |w| <= 30720 (int16) and sum |w| <= 15/16 * 4 B 2^k + 16 <= 61456, so with |Q| <= 32512
+// every block sum stays below 2^31. The block's scale is e8m0(s) * 2^-k, exact. k = 9 makes
+// every E4M3 value an integer; smaller k round only the weights below 2^(e_max - 7 ...) of the
+// block's largest (docs/kernels.md has the error analysis).
+static inline int fp8_fast_ubyte(uint8_t code) {
+  const int e = (code >> 3) & 15;
+  return 1 << ((e > 8 ? e : 8) - 8);
+}
+
+static inline int fp8_fast_shift(const uint8_t* codes, int len) {
+  int b = 32 - len;  // missing columns: code 0, u = 1
+  for (int c = 0; c < len; ++c) b += fp8_fast_ubyte(codes[c]);
+  int ceil_log2 = 0;
+  while ((1 << ceil_log2) < b) ++ceil_log2;
+  const int k = 14 - ceil_log2;
+  return k < 9 ? k : 9;
+}
+
+static inline int32_t fp8_fast_weight(uint8_t code, int k) {
+  float v = (code & 0x7f) == 0x7f ? ((code & 0x80) ? -480.0f : 480.0f) : fp8_e4m3_to_f32(code);
+  return static_cast<int32_t>(std::nearbyint(std::ldexp(v, k)));  // exact product, then round
+}
+
+// 2^-k for the block scale (exact).
+static inline float pow2_neg(int k) {
+  const uint32_t bits = static_cast<uint32_t>(127 - k) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // The two planes of Q: hi = floor((Q + 128) / 256), lo = Q - 256 * hi.
 static inline int8_t q_hi(int32_t q) { return static_cast<int8_t>((q + 128) >> 8); }
 static inline int8_t q_lo(int32_t q) { return static_cast<int8_t>(q - 256 * ((q + 128) >> 8)); }
@@ -110,6 +132,12 @@ static inline int64_t qg_elems(int64_t n, int64_t padded_cols) {
 static inline void scatter_qg(const int16_t* q, int64_t padded_cols, int64_t i, int16_t* qg) {
   int16_t* base = qg + (i / kActGroup) * kActGroup * padded_cols + (i % kActGroup) * 2;
   for (int64_t p = 0; p < padded_cols / 2; ++p) std::memcpy(base + p * 2 * kActGroup, q + 2 * p, 4);
+}
+
+// Position of column c in QuantizedInput::q16: per 16 columns [0-3, 8-11, 4-7, 12-15].
+static inline int64_t q16_pos(int64_t c) {
+  const int64_t o = c & 15;
+  return (c & ~int64_t{15}) + (o < 4 || o >= 12 ? o : (o < 8 ? o + 4 : o - 4));
 }
 
 // Row i of the batched layout set to zero (the padding rows up to a multiple of kActGroup).
@@ -134,6 +162,7 @@ struct MatmulJob {
   const int8_t* q = nullptr;    // [n, padded_cols] high plane (fast FP4 only)
   const int8_t* ql = nullptr;   // [n, padded_cols] low plane
   const int16_t* qg = nullptr;  // Q, batched layout (qg_elems)
+  const int16_t* q16 = nullptr; // Q, FP8 matrix-vector order (n == 1 only)
   const float* d = nullptr;     // [n, ceil(cols/32)]
   const int32_t* qsum12 = nullptr;  // [n, ceil(cols/32)] 12 * sum of Q per block
   int64_t n = 0;

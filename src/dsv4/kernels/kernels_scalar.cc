@@ -13,8 +13,7 @@ namespace {
 // Doubled E2M1 values: integers, so fast-mode block sums are exact.
 constexpr int kFp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// Canonical float product (reference mode, and F32/BF16 in fast mode; FP8 fast mode with its
-// pre-scaled activations): 8 lane accumulators, lane l takes columns l, l+8, ... in order, the
+// Canonical float product (reference mode, and F32/BF16 in fast mode): 8 lane accumulators, lane l takes columns l, l+8, ... in order, the
 // row zero-padded to a multiple of 8 (padding still goes through the FMA), then tree8.
 float lane_dot(const float* w, const float* x, int64_t padded) {
   float acc[kLanes] = {};
@@ -29,16 +28,31 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
   const int64_t padded = ceil_div(cols, kLanes) * kLanes;
   std::vector<float> wrow(static_cast<size_t>(padded), 0.0f), xrow(static_cast<size_t>(padded), 0.0f);
 
-  if (job.numerics == Numerics::kFast && w.format == WeightFormat::kFP4) {
-    // Exact integer sum per 32-column block (|isum| <= 32 * 12 * 32512 < 2^24, so float(isum)
-    // is exact too), then one float chain over the blocks in order:
-    //   acc = fma(float(isum_b), d[i,b] * (scale[r,b] / 2), acc).
+  if (job.numerics == Numerics::kFast && (w.format == WeightFormat::kFP4 || w.format == WeightFormat::kFP8)) {
+    // Integer weights wq and a float scale sc per 32-column block (FP4: the doubled E2M1 value
+    // and scale / 2; FP8: fp8_fast_weight and e8m0 * 2^-k), the exact integer sum per block
+    // (|isum| < 2^31, and float(isum) is one rounding), then one float chain over the blocks:
+    //   acc = fma(float(isum_b), d[i,b] * sc_b, acc).
     const int64_t nb = ceil_div(cols, kQBlock);
-    std::vector<int> wq(static_cast<size_t>(cols));
+    const int64_t scale_cols = ceil_div(cols, kFp8Block);
+    std::vector<int32_t> wq(static_cast<size_t>(cols));
+    std::vector<float> sc(static_cast<size_t>(nb));
     for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
-      const uint8_t* s = w.scales + r * nb;
-      for (int64_t c = 0; c < cols; ++c) wq[c] = kFp4Doubled[(c & 1) ? (p[c / 2] >> 4) : (p[c / 2] & 15)];
+      if (w.format == WeightFormat::kFP4) {
+        const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+        const uint8_t* s = w.scales + r * nb;
+        for (int64_t c = 0; c < cols; ++c) wq[c] = kFp4Doubled[(c & 1) ? (p[c / 2] >> 4) : (p[c / 2] & 15)];
+        for (int64_t b = 0; b < nb; ++b) sc[b] = e8m0_half(s[b]);
+      } else {
+        const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * cols;
+        const uint8_t* s = w.scales + (r / kFp8Block) * scale_cols;
+        for (int64_t b = 0; b < nb; ++b) {
+          const int len = static_cast<int>(std::min<int64_t>(kQBlock, cols - b * kQBlock));
+          const int k = fp8_fast_shift(p + b * kQBlock, len);
+          for (int c = 0; c < len; ++c) wq[b * kQBlock + c] = fp8_fast_weight(p[b * kQBlock + c], k);
+          sc[b] = e8m0_to_f32(s[b * kQBlock / kFp8Block]) * pow2_neg(k);
+        }
+      }
       for (int64_t i = 0; i < n; ++i) {
         const int8_t* q = job.q + i * job.padded_cols;
         const int8_t* ql = job.ql + i * job.padded_cols;
@@ -50,7 +64,7 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
             const int64_t p = span_pos(c);
             isum += wq[c] * (256 * q[p] + ql[p]);
           }
-          acc = std::fma(static_cast<float>(isum), d[b] * e8m0_half(s[b]), acc);
+          acc = std::fma(static_cast<float>(isum), d[b] * sc[b], acc);
         }
         job.y[i * job.y_stride + r] = acc;
       }
@@ -58,24 +72,12 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
     return;
   }
 
-  const bool fp8_fast = job.numerics == Numerics::kFast && w.format == WeightFormat::kFP8;
-  const int64_t scale_cols = ceil_div(cols, kFp8Block);
+  // Float products: reference mode, and F32 / BF16 in fast mode.
   for (int64_t r = r0; r < r1; ++r) {
-    if (fp8_fast) {
-      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) wrow[c] = fp8_fast_value(p[c]);
-    } else {
-      decode_row(w, r, wrow.data());
-    }
+    decode_row(w, r, wrow.data());
     for (int64_t i = 0; i < n; ++i) {
       const float* x = job.x + i * cols;
-      if (fp8_fast) {
-        // Activations times the weight block scale (times 2^8 for the fp16-style weight value).
-        const uint8_t* s = w.scales + (r / kFp8Block) * scale_cols;
-        for (int64_t c = 0; c < cols; ++c) xrow[c] = x[c] * fp8_fast_scale(s[c / kFp8Block]);
-      } else {
-        std::copy(x, x + cols, xrow.begin());
-      }
+      std::copy(x, x + cols, xrow.begin());
       job.y[i * job.y_stride + r] = lane_dot(wrow.data(), xrow.data(), padded);
     }
   }
