@@ -142,7 +142,7 @@ int bench_kernels(const BenchKernelsOptions& o) {
   }
 
   std::vector<Row> rows;
-  kernels::Workspace ws;  // as a forward pass keeps one: no allocation per timed call
+  kernels::QuantizedInput scratch;  // as a forward pass keeps one: no allocation per timed call
   if (!o.json)
     std::printf("%-13s %-5s %13s %4s %-9s %10s %9s %9s %7s %7s %6s %5s\n", "matrix", "fmt", "rows x cols", "n",
                 "mode", "ms/call", "weight GB/s", "GFLOP/s", "%DRAM", "%FMA", "DRAM", "FMA");
@@ -163,12 +163,12 @@ int bench_kernels(const BenchKernelsOptions& o) {
       for (auto& v : x) v = g(rng);
       for (Numerics mode : modes) {
         // Warm up, then time passes over the copies for --seconds (at least 5 passes).
-        for (int64_t c = 0; c < copies; ++c) kernels::matmul(mats[c].m, x.data(), n, y.data(), mode, &pool, ws);
+        for (int64_t c = 0; c < copies; ++c) kernels::matmul(mats[c].m, x.data(), n, y.data(), mode, &pool, 0, &scratch);
         std::vector<double> per_call;
         double start = now();
         while (per_call.size() < 5 || (now() - start < o.seconds && per_call.size() < 200)) {
           double t0 = now();
-          for (int64_t c = 0; c < copies; ++c) kernels::matmul(mats[c].m, x.data(), n, y.data(), mode, &pool, ws);
+          for (int64_t c = 0; c < copies; ++c) kernels::matmul(mats[c].m, x.data(), n, y.data(), mode, &pool, 0, &scratch);
           per_call.push_back((now() - t0) / copies);
         }
         std::sort(per_call.begin(), per_call.end());

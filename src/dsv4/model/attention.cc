@@ -20,9 +20,9 @@ void query_path(const Pass& p, const LayerWeights& L, const float* x) {
   const float eps = static_cast<float>(p.c.rms_norm_eps);
   float* qr = p.ws.qr.data();
   float* q = p.ws.q.data();
-  kernels::matmul(a.wq_a, x, T, qr, p.numerics, &p.pool);
+  kernels::matmul(a.wq_a, x, T, qr, p.numerics, &p.pool, 0, &p.ws.dense_in);
   ops::rms_norm_rows(qr, a.q_norm.data(), T, QL, eps, qr);
-  kernels::matmul(a.wq_b, qr, T, q, p.numerics, &p.pool);
+  kernels::matmul(a.wq_b, qr, T, q, p.numerics, &p.pool, 0, &p.ws.dense_in);
   const Rope& rope = p.rope(L.spec);
   for (int64_t t = 0; t < T; ++t) {
     float* qt = q + t * H * hd;
@@ -46,7 +46,7 @@ int64_t window_rows(const Pass& p, const LayerWeights& L, const float* x, LayerS
   for (int64_t i = 0; i < n_prev; ++i)
     std::copy_n(st.window_kv.data() + ((kv_base + i) % W) * hd, hd, kv_rows + i * hd);
   float* kv_new = kv_rows + n_prev * hd;
-  kernels::matmul(a.wkv, x, T, kv_new, p.numerics, &p.pool);
+  kernels::matmul(a.wkv, x, T, kv_new, p.numerics, &p.pool, 0, &p.ws.dense_in);
   const Rope& rope = p.rope(L.spec);
   const float eps = static_cast<float>(p.c.rms_norm_eps);
   for (int64_t t = 0; t < T; ++t) {
@@ -133,9 +133,9 @@ void grouped_output(const Pass& p, const AttentionWeights& a, float* out) {
   float* z = p.ws.z.data();
   for (int g = 0; g < G; ++g) {
     for (int64_t t = 0; t < T; ++t) std::copy_n(p.ws.o.data() + t * H * hd + g * group_width, group_width, og + t * group_width);
-    kernels::matmul(a.wo_a[g], og, T, z + g * R, p.numerics, &p.pool, int64_t(G) * R);
+    kernels::matmul(a.wo_a[g], og, T, z + g * R, p.numerics, &p.pool, int64_t(G) * R, &p.ws.dense_in);
   }
-  kernels::matmul(a.wo_b, z, T, out, p.numerics, &p.pool);
+  kernels::matmul(a.wo_b, z, T, out, p.numerics, &p.pool, 0, &p.ws.dense_in);
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w,
   const int64_t T = p.T;
   float* q = ws.index_q.data();              // [T, IH*Id]
   float* head_weight = ws.index_weight.data();  // [T, IH]
-  kernels::matmul(w.wq_b, qr, T, q, p.numerics, &p.pool);
+  kernels::matmul(w.wq_b, qr, T, q, p.numerics, &p.pool, 0, &p.ws.dense_in);
   kernels::matmul(w.weights_proj, x, T, head_weight, kernels::Numerics::kReference, &p.pool);
   const float weight_scale = 1.0f / std::sqrt(static_cast<float>(IH));
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(Id));

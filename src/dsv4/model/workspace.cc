@@ -51,6 +51,10 @@ Shape shape_of(const ModelConfig& c, int64_t rows, int64_t context, int threads)
   return s;
 }
 
+// The widest input of an attention or indexer projection (wq_a/wkv: D, wq_b: q_lora, wo_a:
+// hd*H/G, wo_b: G*R): what ForwardWorkspace::dense_in is sized for.
+int64_t dense_cols(const Shape& s) { return std::max({s.D, s.QL, s.hd * s.H / s.G, s.G * s.R}); }
+
 }  // namespace
 
 // The one list of buffers: the constructor sizes them, bytes() adds them up.
@@ -126,9 +130,10 @@ ForwardWorkspace::ForwardWorkspace(const ModelConfig& c, int64_t rows, int64_t c
   index_entries = s.index_entries;
   for_each_buffer(this, c, rows, ctx, threads, [](auto* buffer, size_t n) { buffer->assign(n, {}); });
   // The quantized activations grow to their largest shape now, never during a pass.
-  std::vector<float> zeros(static_cast<size_t>(rows * std::max(s.D, s.I)), 0.0f);
+  std::vector<float> zeros(static_cast<size_t>(rows * std::max({s.D, s.I, dense_cols(s)})), 0.0f);
   kernels::prepare_input(zeros.data(), rows, s.D, kernels::Numerics::kFast, &ffn_in);
   kernels::prepare_input(zeros.data(), rows, s.I, kernels::Numerics::kFast, &down_in);
+  kernels::prepare_input(zeros.data(), rows, dense_cols(s), kernels::Numerics::kFast, &dense_in);
 }
 
 uint64_t ForwardWorkspace::bytes(const ModelConfig& c, int64_t rows, int64_t ctx, int threads) {
@@ -138,7 +143,8 @@ uint64_t ForwardWorkspace::bytes(const ModelConfig& c, int64_t rows, int64_t ctx
     total += n * sizeof(Element);
   });
   return total + kernels::quantized_input_bytes(rows, c.hidden_size) +
-         kernels::quantized_input_bytes(rows, c.moe_intermediate);
+         kernels::quantized_input_bytes(rows, c.moe_intermediate) +
+         kernels::quantized_input_bytes(rows, dense_cols(shape_of(c, rows, ctx, threads)));
 }
 
 const float* Pass::cos(const LayerSpec& l, int64_t t) const {

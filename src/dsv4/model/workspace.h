@@ -90,6 +90,8 @@ struct ForwardWorkspace {
   std::vector<float> ffn_g, ffn_u;        // [T, I]
   std::vector<int32_t> slot_order;        // [K]
   kernels::QuantizedInput ffn_in, down_in;  // the activations of w1/w3 and of w2
+  // The attention projections' activations (matmul's scratch: fast FP8 quantizes them).
+  kernels::QuantizedInput dense_in;       // [T, dense_cols(c)]
   // Expert lookahead.
   std::vector<int32_t> ranked;            // [T, 2K] each token's best experts
   std::vector<int32_t> guess;             // [E]
