@@ -31,6 +31,43 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The aarch64 stage of scripts/test.sh (the NEON kernels, cross-compiled and run under
+# qemu-user): Debian's cross compiler, qemu-user and the arm64 multiarch packages the library
+# links. libsimdjson-dev cannot be installed for two architectures at once, so the arm64 one is
+# unpacked under build/arm64-deps (its CMake package; the toolchain file looks there).
+# DSV4_SETUP_AARCH64=0 skips all of it.
+if [[ "${DSV4_SETUP_AARCH64:-1}" == 1 ]]; then
+  SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
+  ARM64_PACKAGES=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 liburing-dev:arm64
+    libgtest-dev:arm64 libgmock-dev:arm64 libsimdjson14:arm64)
+  fresh=0
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+    fresh=1
+  fi
+  missing=()
+  for p in "${ARM64_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  elif ((fresh)); then
+    $SUDO apt-get update -qq
+  fi
+  if [[ ! -f build/arm64-deps/.dsv4-unpacked ]]; then
+    echo "setup: unpacking libsimdjson-dev:arm64 into build/arm64-deps"
+    tmp=$(mktemp -d)
+    chmod 777 "$tmp"  # apt-get download runs as _apt
+    (cd "$tmp" && apt-get download -qq libsimdjson-dev:arm64 libsimdjson14:arm64 2>/dev/null)
+    mkdir -p build/arm64-deps
+    for deb in "$tmp"/*.deb; do dpkg -x "$deb" build/arm64-deps; done
+    rm -rf "$tmp"
+    touch build/arm64-deps/.dsv4-unpacked
+  fi
+fi
+
 # npm packages for the test oracles (pinned in tests/node/package.json).
 if [[ -f tests/node/package.json ]]; then
   if [[ ! -f tests/node/node_modules/.dsv4-installed ]] ||

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the release build (warnings are errors), the
-# same suite under AddressSanitizer + UndefinedBehaviorSanitizer, and a short libFuzzer
+# same suite under AddressSanitizer + UndefinedBehaviorSanitizer, the NEON kernels
+# cross-compiled for aarch64 and tested under qemu-user, and a short libFuzzer
 # run over the checkpoint parsers, the tokenizer and the HTTP request parser. CI (.ci/run)
 # calls exactly this.
 #   DSV4_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   DSV4_SKIP_ASAN=1   skip the sanitizer build (local iteration only)
+#   DSV4_SKIP_AARCH64=1  skip the aarch64 cross build and its qemu tests (local iteration only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -27,6 +29,19 @@ if [[ "${DSV4_SKIP_ASAN:-0}" != 1 ]]; then
   step "sanitizer tests"
   (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j "$jobs" --timeout 1800)
+fi
+
+if [[ "${DSV4_SKIP_AARCH64:-0}" != 1 ]]; then
+  # The NEON kernels, cross-compiled with Debian's g++-aarch64-linux-gnu (only the engine and
+  # its kernel and model tests) and run under qemu-user: every kernel test (bit-exact against
+  # the scalar reference) and the tiny-a fixture against its Hugging Face reference.
+  step "aarch64 cross build (engine + kernel/model tests)"
+  cmake -S . -B build/aarch64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_WERROR=ON -DDSV4_ENGINE_ONLY=ON >/dev/null
+  ninja -C build/aarch64
+  step "aarch64 tests under qemu-user"
+  qemu-aarch64 build/aarch64/dsv4_tests --gtest_brief=1 \
+    --gtest_filter='Kernel*:Fixtures/ModelReference.TeacherForcedLogits/0:Fixtures/ModelReference.FastNumerics/0-KernelBench.*'
 fi
 
 step "fuzz build (clang libFuzzer)"

@@ -149,6 +149,10 @@ TEST(KernelDispatch, PathsAndNames) {
   auto paths = runnable_paths();
   ASSERT_FALSE(paths.empty());
   EXPECT_EQ(paths[0], "scalar");
+#if defined(__aarch64__)
+  // Advanced SIMD is part of every ARMv8-A core: the aarch64 build always tests NEON.
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "neon"), paths.end());
+#endif
   std::string active = active_path();
   const char* env = std::getenv("DSV4_KERNELS");
   if (env && *env) {

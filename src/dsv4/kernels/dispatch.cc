@@ -42,6 +42,9 @@ CpuFeatures detect() {
 
 bool cpu_supports(const std::string& path) {
   if (path == "scalar") return true;
+#if defined(__aarch64__)
+  if (path == "neon") return true;  // Advanced SIMD is part of every ARMv8-A core
+#endif
 #if defined(__x86_64__) || defined(__i386__)
   static const CpuFeatures f = detect();
   if (path == "avx2") return f.avx2;
@@ -58,6 +61,9 @@ const Table* compiled(const std::string& name) {
   if (name == "avx2") return &avx2_table();
   if (name == "avx512") return &avx512_table();
 #endif
+#if defined(__aarch64__)
+  if (name == "neon") return &neon_table();
+#endif
   return nullptr;
 }
 
@@ -67,7 +73,7 @@ const Table* compiled(const std::string& name) {
 const Table& choose() {
   const char* env = std::getenv("DSV4_KERNELS");
   if (env && *env && std::string(env) != "auto") return table_by_name(env);
-  for (const char* name : {"avx512", "avx2"}) {
+  for (const char* name : {"avx512", "avx2", "neon"}) {
     const Table* t = compiled(name);
     if (t && cpu_supports(name)) return *t;
   }
@@ -77,8 +83,8 @@ const Table& choose() {
 }  // namespace
 
 const Table& table_by_name(const std::string& name) {
-  if (name != "scalar" && name != "avx2" && name != "avx512")
-    fail("DSV4_KERNELS={}: unknown kernel path (use auto, scalar, avx2 or avx512)", name);
+  if (name != "scalar" && name != "avx2" && name != "avx512" && name != "neon")
+    fail("DSV4_KERNELS={}: unknown kernel path (use auto, scalar, avx2, avx512 or neon)", name);
   const Table* t = compiled(name);
   if (!t) fail("DSV4_KERNELS={}: this build has no {} kernels", name, name);
   if (!cpu_supports(name)) fail("DSV4_KERNELS={}: this CPU does not support {}", name, name);
@@ -96,7 +102,7 @@ namespace dsv4::kernels {
 
 std::vector<std::string> runnable_paths() {
   std::vector<std::string> out{"scalar"};
-  for (const char* name : {"avx2", "avx512"})
+  for (const char* name : {"neon", "avx2", "avx512"})
     if (detail::compiled(name) && detail::cpu_supports(name)) out.push_back(name);
   return out;
 }

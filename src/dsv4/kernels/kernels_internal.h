@@ -194,6 +194,9 @@ const Table& scalar_table();
 const Table& avx2_table();    // kernels_avx2.cc (the x86 files are built only for x86-64)
 const Table& avx512_table();  // kernels_avx512.cc
 #endif
+#if defined(__aarch64__)
+const Table& neon_table();    // kernels_neon.cc (built only for aarch64)
+#endif
 bool cpu_supports(const std::string& path);
 
 // The path chosen at start-up (DSV4_KERNELS or CPUID). Thread-safe static init.

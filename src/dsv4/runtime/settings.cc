@@ -206,8 +206,8 @@ std::vector<Setting> make_table() {
       flag_bool("kernels_json", "--json", "", false, "bench kernels: print JSON"),
       // Environment only.
       path("demo_dir", "", "DSV4_DEMO_DIR", "the built-in demo model (default: models/demo of the source tree)"),
-      choice("kernels", "", "DSV4_KERNELS", "auto", {"auto", "scalar", "avx2", "avx512"},
-             "kernel path: auto (the best this CPU runs), scalar, avx2 or avx512"),
+      choice("kernels", "", "DSV4_KERNELS", "auto", {"auto", "scalar", "avx2", "avx512", "neon"},
+             "kernel path: auto (the best this CPU runs), scalar, avx2, avx512 or neon (aarch64)"),
       integer("test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", 0, 0, 60'000,
               "test hook: serve pauses this long after each token"),
       path("test_tmp", "", "DSV4_TEST_TMP", "scratch directory for the test suite"),
@@ -216,6 +216,8 @@ std::vector<Setting> make_table() {
            "tokenizer micro-benchmark: the DeepSeek-V3 tokenizer.json (default: the npm oracle's copy)"),
       integer("fuzz_seconds", "", "DSV4_FUZZ_SECONDS", 30, 1, 1 << 20, "scripts/test.sh: seconds per fuzz target"),
       flag_bool("skip_asan", "", "DSV4_SKIP_ASAN", false, "scripts/test.sh: skip the sanitizer build"),
+      flag_bool("skip_aarch64", "", "DSV4_SKIP_AARCH64", false, "scripts/test.sh: skip the aarch64 cross build and its qemu tests"),
+      flag_bool("setup_aarch64", "", "DSV4_SETUP_AARCH64", true, "scripts/setup.sh: install the aarch64 cross toolchain, qemu-user and arm64 libraries"),
       flag_bool("setup_browser", "", "DSV4_SETUP_BROWSER", true, "scripts/setup.sh: install Chromium for the web tests"),
   };
   for (Setting& s : t)
