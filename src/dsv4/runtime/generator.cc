@@ -48,6 +48,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   if (req.prompt.empty()) fail("the prompt is empty");
   for (const std::string& s : req.stop_strings)
     if (s.empty()) fail("stop strings must not be empty");
+  if (req.constraint && !req.stop_strings.empty()) fail("stop strings cannot be combined with a constrained output");
   const int64_t limit =
       req.context_limit > 0 ? std::min(req.context_limit, engine.context_limit()) : engine.context_limit();
   const int64_t prompt_len = static_cast<int64_t>(req.prompt.size());
@@ -101,6 +102,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   st.prefill_s = seconds_since(start);
 
   Sampler sampler(req.sampling);
+  std::unique_ptr<ConstrainedRun> constraint = req.constraint ? req.constraint->begin(req.stop_ids) : nullptr;
   std::vector<int32_t> history(req.prompt);
   std::string pending;  // decoded text not yet emitted
   auto emit = [&](size_t n) {
@@ -118,7 +120,9 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       result.finish = FinishReason::kCancelled;
       break;
     }
+    if (constraint) constraint->mask(logits);
     const int32_t next = sampler.sample(logits, history);
+    if (constraint) constraint->advance(next);
     result.tokens.push_back(next);
     history.push_back(next);
     if (result.tokens.size() == 1) st.ttft_s = seconds_since(start);
@@ -139,6 +143,10 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       break;
     }
     emit(pending.size() - held_back(pending, req.stop_strings));
+    if (constraint && constraint->complete()) {
+      result.finish = FinishReason::kStop;
+      break;
+    }
     if (i + 1 == req.max_tokens) break;
     if (session.position >= limit) {
       result.finish = FinishReason::kContextLimit;
@@ -151,6 +159,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   if (!stop_string_hit && cb.flush) pending += cb.flush();
   emit(pending.size());
   st.decode_s = result.tokens.size() > 1 ? seconds_since(decode_start) : 0;
+  if (constraint) st.constraint_s = constraint->seconds();
   st.generated_tokens = static_cast<int64_t>(result.tokens.size());
   finish_stats();
   return result;

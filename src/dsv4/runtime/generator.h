@@ -7,10 +7,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dsv4/model/engine.h"
+#include "dsv4/runtime/logit_constraint.h"
 #include "dsv4/runtime/sampler.h"
 #include "dsv4/runtime/settings.h"
 
@@ -27,6 +29,11 @@ struct GenerationRequest {
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   int64_t context_limit = 0;              // 0 = the engine's context limit
   int64_t chunk = 0;                      // prefill chunk (0 = the engine's rows per pass)
+  // Constrained decoding: tokens that cannot continue a valid output are masked before each
+  // draw (stop_ids are allowed only where the output may end), and the generation stops as
+  // soon as the output is complete. Stop strings must be empty with a constraint (a stop
+  // string could cut a value short).
+  std::shared_ptr<const LogitConstraint> constraint;
 };
 
 struct GenerationStats {
@@ -37,6 +44,7 @@ struct GenerationStats {
   double ttft_s = 0;      // request start to the first generated token
   double prefill_s = 0;
   double decode_s = 0;    // after the first token
+  double constraint_s = 0;  // masking logits and advancing the constraint (part of ttft_s + decode_s)
   uint64_t expert_requests = 0, expert_hits = 0, bytes_read = 0;
   uint64_t peak_rss_bytes = 0;
   uint64_t seed = 0;
