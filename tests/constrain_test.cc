@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <random>
 #include <unordered_map>
 
@@ -12,6 +13,7 @@
 #include "dsv4/constrain/json_schema.h"
 #include "dsv4/constrain/matcher.h"
 #include "dsv4/constrain/token_trie.h"
+#include "dsv4/text/chat_format.h"
 #include "dsv4/text/tokenizer.h"
 #include "dsv4/util/file.h"
 #include "test_util.h"
@@ -278,7 +280,8 @@ std::vector<bool> brute_force(const Grammar& g, const TokenTrie& vocab, const St
 }
 
 // A random walk through allowed tokens; at every step the mask equals the brute force.
-void check_masks(const text::Tokenizer& tok, Grammar grammar, int steps, uint32_t seed) {
+// Returns the text when the walk completed it, else nothing.
+std::optional<std::string> check_masks(const text::Tokenizer& tok, Grammar grammar, int steps, uint32_t seed) {
   const auto vocab = std::make_shared<const TokenTrie>(tok);
   const Grammar copy = grammar;
   const CompiledConstraint c(std::move(grammar), vocab);
@@ -289,14 +292,17 @@ void check_masks(const text::Tokenizer& tok, Grammar grammar, int steps, uint32_
   for (int step = 0; step < steps; ++step) {
     const std::vector<bool> mask = c.allowed_after(tokens, ends);
     const std::vector<bool> truth = brute_force(copy, *vocab, at, tok, ends);
-    ASSERT_EQ(mask.size(), truth.size());
+    EXPECT_EQ(mask.size(), truth.size());
+    if (mask.size() != truth.size()) return std::nullopt;
     std::vector<int32_t> allowed;
     for (size_t i = 0; i < mask.size(); ++i) {
-      ASSERT_EQ(mask[i], truth[i]) << "token " << i << " " << tok.token_string(static_cast<int32_t>(i))
+      EXPECT_EQ(mask[i], truth[i]) << "token " << i << " " << tok.token_string(static_cast<int32_t>(i))
                                    << " after " << tok.decode(tokens);
+      if (mask[i] != truth[i]) return std::nullopt;
       if (mask[i]) allowed.push_back(static_cast<int32_t>(i));
     }
-    ASSERT_FALSE(allowed.empty()) << "dead end after " << tok.decode(tokens);
+    EXPECT_FALSE(allowed.empty()) << "dead end after " << tok.decode(tokens);
+    if (allowed.empty()) return std::nullopt;
     // Mostly tokens that are not just whitespace, so the walk gets somewhere.
     std::vector<int32_t> solid;
     for (int32_t t : allowed) {
@@ -305,7 +311,7 @@ void check_masks(const text::Tokenizer& tok, Grammar grammar, int steps, uint32_
     }
     const auto& pool = !solid.empty() && rng() % 10 != 0 ? solid : allowed;
     const int32_t next = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
-    if (next == ends[0]) break;
+    if (next == ends[0]) return tok.decode(tokens);
     tokens.push_back(next);
     if (vocab->is_ordinary(next)) {
       for (uint8_t b : vocab->token_bytes(next)) at = advance(copy, at, b);
@@ -313,9 +319,11 @@ void check_masks(const text::Tokenizer& tok, Grammar grammar, int steps, uint32_
       for (size_t k = 0; k < copy.specials().size(); ++k)
         if (vocab->added_token(copy.specials()[k]) == next) at = advance(copy, at, static_cast<Symbol>(kFirstSpecial + k));
     }
-    if (is_complete(at)) break;
+    if (getenv("DSV4_TEST_VERBOSE") && (is_complete(at) || step + 1 == steps))
+      std::printf("[walk] %zu tokens: %s\n", tokens.size(), nlohmann::json(tok.decode(tokens)).dump().c_str());
+    if (is_complete(at)) return tok.decode(tokens);
   }
-  if (getenv("DSV4_TEST_VERBOSE")) std::printf("[walk] %zu tokens: %s\n", tokens.size(), nlohmann::json(tok.decode(tokens)).dump().c_str());
+  return std::nullopt;
 }
 
 const char* kMixedSchema = R"({"type": "object", "properties": {
@@ -333,7 +341,7 @@ TEST(ConstraintMask, EqualsBruteForceOnTheFixtureVocabulary) {
 
 TEST(ConstraintMask, EqualsBruteForceOnTheDeepSeekV3Vocabulary) {
   const text::Tokenizer tok = text::Tokenizer::from_file(v3_tokenizer());
-  check_masks(tok, content_grammar(kMixedSchema), 12, 3);
+  check_masks(tok, content_grammar(kMixedSchema), 8, 3);
 }
 
 TEST(ConstraintMask, TokensStraddlingLexemesAreAllowedExactly) {
@@ -360,17 +368,47 @@ TEST(ConstraintMask, TokensStraddlingLexemesAreAllowedExactly) {
   EXPECT_FALSE(m3[id(",")]);     // no other keys
 }
 
-TEST(ConstraintMask, ToolCallBlockEqualsBruteForce) {
+// Every completed walk is parsed by the chat format's own strict parser.
+TEST(ConstraintMask, ToolCallBlockEqualsBruteForceAndParses) {
   const text::Tokenizer tok = text::Tokenizer::from_file(test::fixture("tiny-a/tokenizer.json"));
   const Json params = Json::parse(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
-      "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}}, "required": ["city"]})");
+      "unit": {"enum": ["c", "f", "a</b"]}, "days": {"type": "integer"}, "tags": {"type": "array", "maxItems": 2,
+      "items": {"type": "string", "maxLength": 3}}}, "required": ["city", "unit"]})");
   AnswerFormat f;
   f.calls_required = true;
   f.tools = {{"get_weather", &params, "tools[0].function.parameters"}, {"noop", nullptr, "tools[1].function.parameters"}};
   f.max_calls = 2;
-  for (uint32_t seed = 1; seed <= 10; ++seed) check_masks(tok, build_answer_grammar(f), 120, seed);
-  f.thinking = true;
-  for (uint32_t seed = 1; seed <= 4; ++seed) check_masks(tok, build_answer_grammar(f), 60, seed);
+  int parsed = 0;
+  for (bool thinking : {false, true}) {
+    f.thinking = thinking;
+    for (uint32_t seed = 1; seed <= 14; ++seed) {
+      const std::optional<std::string> text = check_masks(tok, build_answer_grammar(f), 160, seed);
+      if (!text) continue;
+      text::chat::ParseOptions po;
+      po.thinking_mode = thinking ? text::chat::ThinkingMode::kThinking : text::chat::ThinkingMode::kChat;
+      po.require_eos = false;
+      text::chat::ParsedMessage m;
+      ASSERT_NO_THROW(m = text::chat::parse_completion(*text, po)) << *text;
+      ASSERT_FALSE(m.tool_calls.empty()) << *text;
+      EXPECT_EQ(m.content, "");
+      for (const auto& call : m.tool_calls) {
+        const Json args = Json::parse(call.arguments);
+        ASSERT_TRUE(args.is_object()) << call.arguments;
+        if (call.name == "noop") {
+          EXPECT_TRUE(args.empty()) << call.arguments;
+          continue;
+        }
+        ASSERT_EQ(call.name, "get_weather");
+        ASSERT_TRUE(args.contains("city") && args["city"].is_string()) << call.arguments;
+        EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f" || args["unit"] == "a</b") << call.arguments;
+        if (args.contains("days")) {
+          EXPECT_TRUE(args["days"].is_number_integer()) << call.arguments;
+        }
+      }
+      ++parsed;
+    }
+  }
+  EXPECT_GE(parsed, 8);
 }
 
 }  // namespace

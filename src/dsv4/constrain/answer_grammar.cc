@@ -13,7 +13,7 @@ namespace {
 namespace chat = text::chat;
 
 // Raw-text forms (DSML string="true") of the strings a compiled JSON value may be: its free
-// string nodes and the string constants, each ended by "<" + ｜DSML｜.
+// string nodes and the string constants, each ended by "</" + ｜DSML｜.
 NodeId raw_alternatives(Grammar& g, NodeId value, Symbol dsml) {
   std::vector<NodeId> strings;
   std::vector<std::string> constants;
@@ -47,6 +47,7 @@ NodeId raw_alternatives(Grammar& g, NodeId value, Symbol dsml) {
       std::vector<Symbol> sym;
       for (char ch : c) sym.push_back(static_cast<uint8_t>(ch));
       sym.push_back('<');
+      sym.push_back('/');
       sym.push_back(dsml);
       lits.push_back(std::move(sym));
     }

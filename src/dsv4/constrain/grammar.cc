@@ -399,8 +399,8 @@ struct Bits {
 // string: phase, utf8, pattern progress, position in the declared names (free keys)
 constexpr Bits kStrPhase{0, 5}, kStrUtf8{5, 3}, kStrPat{8, 4}, kStrName{12, 20};
 constexpr uint32_t kNameOff = (1u << 20) - 1;
-// raw text / until: utf8, pattern progress, a pending '<', finished
-constexpr Bits kRawUtf8{0, 3}, kRawPat{3, 4}, kRawLt{7, 1}, kRawDone{8, 1};
+// raw text / until: utf8, pattern progress, held-back bytes of "</" (0-2), finished
+constexpr Bits kRawUtf8{0, 3}, kRawPat{3, 4}, kRawHeld{7, 2}, kRawDone{9, 1};
 // number: phase, digits in the current part
 constexpr Bits kNumPhase{0, 4}, kNumDigits{4, 5};
 // array: phase, whitespace run
@@ -785,21 +785,29 @@ class Walker {
 
   static const SymbolTrie& excl_names(const ObjectShape* sh) { return sh->raw_names; }
 
+  // Raw text ends with "</" + the terminator symbol; "<" and "</" are held back until the next
+  // symbol shows whether they are text.
   void consume_raw(Stack st, Symbol s, const Node& n) {
     Frame& f = st.back();
     uint32_t state = f.state;
-    const bool lt = kRawLt.get(state) != 0;
+    const uint32_t held = kRawHeld.get(state);
     if (s == n.terminator) {
-      if (!lt || kRawUtf8.get(state) != 0 || f.aux < n.min) return;
+      if (held != 2 || f.aux < n.min) return;
       f.state = kRawDone.set(state, 1);
       return emit(std::move(st));
     }
     if (s >= 256) return;
     const uint8_t b = static_cast<uint8_t>(s);
-    if (lt) {  // the held '<' was text after all
-      if (!room(f.aux, n)) return;
-      f.aux = bump(f.aux, n);
-      state = kRawLt.set(state, 0);
+    uint32_t next_held = 0;
+    if (held == 1 && b == '/') {
+      next_held = 2;
+    } else {
+      // The held bytes were text after all (each one a character).
+      for (uint32_t k = 0; k < held; ++k) {
+        if (!room(f.aux, n)) return;
+        f.aux = bump(f.aux, n);
+      }
+      if (b == '<' && kRawUtf8.get(state) == 0) next_held = 1;
     }
     const uint32_t u = kRawUtf8.get(state);
     const int next = utf8_next(u, b);
@@ -810,13 +818,11 @@ class Walker {
       pat = p.next(pat, b);
       if (pat == p.size()) return;
     }
-    if (u == 0 && b == '<') {
-      state = kRawLt.set(state, 1);  // text, or the start of the terminator: decided next
-    } else if (u == 0) {
+    if (u == 0 && next_held == 0) {
       if (!room(f.aux, n)) return;
       f.aux = bump(f.aux, n);
     }
-    f.state = kRawPat.set(kRawUtf8.set(state, static_cast<uint32_t>(next)), pat);
+    f.state = kRawHeld.set(kRawPat.set(kRawUtf8.set(state, static_cast<uint32_t>(next)), pat), next_held);
     emit(std::move(st));
   }
 

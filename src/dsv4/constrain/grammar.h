@@ -47,7 +47,7 @@ inline constexpr uint32_t kMaxIntDigits = 15, kMaxFracDigits = 15, kMaxExpDigits
 enum class NodeKind : uint8_t {
   kLiteral,  // exactly one of a set of symbol strings
   kString,   // a JSON string "…" (escapes, \uXXXX with surrogate pairs, valid UTF-8)
-  kRawText,  // DSML string="true" text: any UTF-8, ended by "<" + the terminator special
+  kRawText,  // DSML string="true" text: any UTF-8, ended by "</" + the terminator special
   kNumber,   // a JSON number (or integer)
   kArray,    // [ item, … ]
   kObject,   // { "key": value, … } (or DSML parameters)

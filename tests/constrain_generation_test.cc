@@ -1,0 +1,222 @@
+// Constrained generation on the random-weight fixtures: whatever the (weak) model prefers, every
+// output that finishes is valid for its schema, checked by an independent validator (Debian's
+// python3-jsonschema, tests/validate_json.py) — across seeds and sampler settings, for nested
+// objects, bounded arrays, enums, numbers, escapes and non-ASCII text, anyOf and $ref — and a
+// generation cut by max_tokens says so (finish "length", the value incomplete).
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "dsv4/constrain/answer_grammar.h"
+#include "dsv4/constrain/matcher.h"
+#include "dsv4/model/engine.h"
+#include "dsv4/runtime/generator.h"
+#include "dsv4/text/chat_format.h"
+#include "dsv4/text/tokenizer.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using constrain::Json;
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+struct SchemaCase {
+  const char* name;
+  const char* schema;
+};
+
+const SchemaCase kCases[] = {
+    {"nested objects", R"({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
+                    "zip": {"type": "integer"}}, "required": ["city", "zip"], "additionalProperties": false},
+        "ok": {"type": "boolean"}}, "required": ["name", "address"], "additionalProperties": false})"},
+    {"arrays with bounds", R"({"type": "array", "minItems": 1, "maxItems": 3,
+        "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}})"},
+    {"enums and const", R"({"type": "object", "properties": {"status": {"enum": ["open", "closed", 3, null, true]},
+        "kind": {"const": "ticket"}, "level": {"type": "string", "enum": ["low", "high", 7]}},
+        "required": ["status", "kind", "level"], "additionalProperties": false})"},
+    {"numbers", R"({"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"},
+        "n": {"type": "integer"}, "list": {"type": "array", "items": {"type": "number"}, "maxItems": 4}},
+        "required": ["x", "y", "n", "list"], "additionalProperties": false})"},
+    {"strings with escapes and non-ASCII", R"({"type": "array", "maxItems": 3, "items": {"anyOf": [
+        {"type": "string", "minLength": 1, "maxLength": 6},
+        {"enum": ["naïve", "中文", "tab\there", "quote\"d", "back\\slash", "𝄞"]}]}})"},
+    {"anyOf", R"({"anyOf": [{"type": "object", "properties": {"kind": {"const": "point"}, "x": {"type": "integer"}},
+        "required": ["kind", "x"], "additionalProperties": false},
+        {"type": "object", "properties": {"kind": {"const": "label"}, "text": {"type": "string", "maxLength": 5}},
+        "required": ["kind", "text"], "additionalProperties": false},
+        {"type": ["integer", "null"]}]})"},
+    {"$ref recursion", R"({"$defs": {"tree": {"type": "object", "properties": {"v": {"type": "integer"},
+        "kids": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/tree"}}},
+        "required": ["v"], "additionalProperties": false}},
+        "$ref": "#/$defs/tree"})"},
+    {"other keys", R"({"type": "object", "properties": {"id": {"type": "integer"}},
+        "required": ["id"], "additionalProperties": {"type": "boolean"}})"},
+};
+
+// Sampler settings the seeds cycle through: temperature 1 mostly, and every other knob.
+SamplingParams sampling_for(uint64_t seed) {
+  SamplingParams p;
+  p.seed = seed;
+  p.temperature = 1.0f;
+  switch (seed % 6) {
+    case 1: p.top_k = 8; break;
+    case 2: p.top_p = 0.8f; break;
+    case 3: p.min_p = 0.05f; break;
+    case 4: p.repetition_penalty = 1.3f; p.temperature = 1.5f; break;
+    case 5: p.temperature = 0; break;
+    default: break;
+  }
+  return p;
+}
+
+struct Output {
+  std::string text;
+  FinishReason finish;
+};
+
+class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    EngineOptions o;
+    o.threads = 1;
+    engine_ = Engine::open(test::fixture(GetParam()), o);
+    tokenizer_ = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(test::fixture(GetParam()) + "/tokenizer.json"));
+    vocab_ = std::make_shared<const constrain::TokenTrie>(*tokenizer_);
+  }
+
+  // `seeds` generations for `schema` (one shared prefill of the prompt).
+  std::vector<Output> generate_many(const Json& schema, int seeds, int64_t max_tokens) {
+    constrain::AnswerFormat f;
+    f.content_schema = &schema;
+    auto constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
+    Json messages = Json::array({{{"role", "user"}, {"content", "Answer in JSON."}}});
+    messages = text::chat::attach_response_format(messages, schema);
+    const std::vector<int32_t> prompt = tokenizer_->encode(text::chat::encode_messages(messages, {}));
+    SessionState base = engine_->new_session();
+    engine_->forward(base, std::span<const int32_t>(prompt).first(prompt.size() - 1), nullptr, false);
+    std::vector<Output> out;
+    for (int seed = 1; seed <= seeds; ++seed) {
+      GenerationRequest req;
+      req.prompt = prompt;
+      req.sampling = sampling_for(static_cast<uint64_t>(seed));
+      req.max_tokens = max_tokens;
+      req.stop_ids = {static_cast<int32_t>(engine_->config().eos_token_id)};
+      req.constraint = constraint;
+      text::IncrementalDecoder decoder(*tokenizer_);
+      GenerationCallbacks cb;
+      cb.detokenize = [&](int32_t id) { return decoder.push(id); };
+      cb.flush = [&] { return decoder.finish(); };
+      SessionState session = base;
+      const GenerationResult r = generate(*engine_, session, req, cb);
+      out.push_back({r.text, r.finish});
+    }
+    return out;
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
+  std::shared_ptr<const constrain::TokenTrie> vocab_;
+};
+
+TEST_P(ConstrainedGeneration, EveryFinishedOutputValidatesWithAnIndependentValidator) {
+  const int seeds = kSanitized ? 2 : 12;
+  test::TempDir tmp;
+  std::string lines;
+  size_t finished = 0, total = 0;
+  std::string all_finished_text;
+  for (const SchemaCase& c : kCases) {
+    const Json schema = Json::parse(c.schema);
+    size_t done_here = 0;
+    for (const Output& o : generate_many(schema, seeds, 160)) {
+      const bool stop = o.finish == FinishReason::kStop;
+      lines += Json{{"kind", "json"}, {"schema", schema}, {"text", o.text}, {"finish", stop ? "stop" : "length"}}.dump() + "\n";
+      ++total;
+      if (stop) {
+        ++finished;
+        ++done_here;
+        all_finished_text += o.text + "\n";
+      }
+    }
+    // Enough generations finish for the check to mean something (free keys and recursion
+    // give a random model room to ramble past max_tokens).
+    EXPECT_GE(done_here * 4, static_cast<size_t>(seeds)) << c.name << ": only " << done_here << " of " << seeds << " finished";
+  }
+  EXPECT_GE(finished * 3, total * 2);
+  test::write_file(tmp / "outputs.jsonl", lines);
+  const std::string cmd = "/usr/bin/python3 tests/validate_json.py " + tmp / "outputs.jsonl" + " >" + tmp / "report" + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string report = test::read_file(tmp / "report");
+  std::printf("[%s] %zu of %zu outputs finished; %s", GetParam(), finished, total, report.c_str());
+  EXPECT_EQ(status, 0) << report;
+  // The outputs did exercise what the schemas allow.
+  if (!kSanitized) {
+    EXPECT_TRUE(std::regex_search(all_finished_text, std::regex("[0-9][eE][-+]?[0-9]"))) << "no exponent";
+    EXPECT_NE(all_finished_text.find('\\'), std::string::npos) << "no escape";
+    EXPECT_TRUE(std::regex_search(all_finished_text, std::regex("[\\x80-\\xff]"))) << "no non-ASCII text";
+  }
+}
+
+TEST_P(ConstrainedGeneration, MaxTokensCutsAValueShortAsLength) {
+  const Json schema = Json::parse(kCases[0].schema);
+  for (const Output& o : generate_many(schema, 3, 6)) {
+    EXPECT_EQ(o.finish, FinishReason::kLength);
+    EXPECT_FALSE(Json::accept(o.text)) << o.text;
+  }
+}
+
+TEST_P(ConstrainedGeneration, GreedyPicksTheBestAllowedToken) {
+  // The mask leaves allowed logits untouched and sets the rest to -inf; greedy decoding then
+  // picks the most likely allowed token (here: one that starts the array).
+  const Json schema = Json::parse(R"({"type": "array", "items": {"type": "integer"}, "maxItems": 2})");
+  constrain::AnswerFormat f;
+  f.content_schema = &schema;
+  const constrain::CompiledConstraint c(constrain::build_answer_grammar(f), vocab_);
+  auto run = c.begin({});
+  const std::vector<int32_t> prompt = tokenizer_->encode("<｜begin▁of▁sentence｜>numbers:");
+  SessionState s = engine_->new_session();
+  std::vector<float> logits(static_cast<size_t>(engine_->config().vocab_size));
+  engine_->forward(s, prompt, logits.data(), false);
+  std::vector<float> masked = logits;
+  run->mask(masked);
+  int32_t best = -1;
+  size_t finite = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isfinite(masked[i])) continue;
+    ++finite;
+    const int32_t id = static_cast<int32_t>(i);
+    ASSERT_TRUE(id < tokenizer_->vocab_size() && !tokenizer_->is_added(id)) << id;
+    EXPECT_EQ(tokenizer_->token_bytes(id)[0], '[') << id;
+    EXPECT_EQ(masked[i], logits[i]);  // allowed logits are untouched
+    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = id;
+  }
+  EXPECT_TRUE(std::isfinite(masked[static_cast<size_t>(*tokenizer_->token_id("["))]));
+  EXPECT_LT(finite, logits.size() / 4);
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.sampling.temperature = 0;
+  req.max_tokens = 1;
+  req.constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
+  GenerationCallbacks cb;
+  cb.detokenize = [](int32_t) { return std::string(); };
+  SessionState fresh = engine_->new_session();
+  EXPECT_EQ(generate(*engine_, fresh, req, cb).tokens, std::vector<int32_t>{best});
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ConstrainedGeneration, ::testing::Values("tiny-a", "flashlike"));
+
+}  // namespace
+}  // namespace dsv4
