@@ -78,6 +78,7 @@ struct RunOptions {
   std::vector<std::string> prompt;  // joined with spaces
   bool raw = false;
   bool json = false;
+  std::string json_schema;  // --json-schema FILE: constrain the answer to this schema
 };
 int run(const RunOptions& o);
 

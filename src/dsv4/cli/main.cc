@@ -136,6 +136,7 @@ void register_run(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "prompt", c.run.prompt);
   b.add(cmd, "raw", c.run.raw);
   b.add(cmd, "run_json", c.run.json);
+  b.add(cmd, "json_schema", c.run.json_schema);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::run(c.run); }});
 }
 

@@ -13,9 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv4/cli/common.h"
+#include "dsv4/constrain/answer_grammar.h"
+#include "dsv4/constrain/matcher.h"
 #include "dsv4/runtime/chat_session.h"
 #include "dsv4/text/chat_format.h"
 #include "dsv4/util/error.h"
+#include "dsv4/util/file.h"
 #include "dsv4/util/progress.h"
 
 namespace dsv4::cli {
@@ -147,9 +150,30 @@ nlohmann::json stats_json(const GenerationStats& s) {
           {"prefill_tok_s", s.prefill_tok_s()}, {"decode_tok_s", s.decode_tok_s()},
           {"expert_requests", s.expert_requests}, {"expert_hit_rate", s.hit_rate()},
           {"bytes_read", s.bytes_read},         {"peak_rss_bytes", s.peak_rss_bytes},
-          {"seed", s.seed}};
+          {"seed", s.seed},                     {"constraint_s", s.constraint_s}};
 }
 
+// --json-schema: the schema file, checked before the model loads (a bad schema fails fast).
+struct SchemaConstraint {
+  chat::Json schema;
+  std::optional<constrain::Grammar> grammar;
+};
+
+SchemaConstraint load_schema_constraint(const std::string& path, bool thinking) {
+  SchemaConstraint c;
+  const std::string text = read_small_file(path, 16u << 20);
+  c.schema = chat::Json::parse(text, nullptr, false);
+  if (c.schema.is_discarded()) fail("{}: not valid JSON (--json-schema)", path);
+  constrain::AnswerFormat f;
+  f.thinking = thinking;
+  f.content_schema = &c.schema;
+  try {
+    c.grammar = constrain::build_answer_grammar(f);
+  } catch (const constrain::SchemaError& e) {
+    fail("{}: {}", path, e.what());
+  }
+  return c;
+}
 
 }  // namespace
 
@@ -161,6 +185,11 @@ int run(const RunOptions& o) {
     prompt_text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   if (prompt_text.empty()) fail("the prompt is empty");
+  std::optional<SchemaConstraint> schema;
+  if (!o.json_schema.empty()) {
+    if (!o.sampling.stop.empty()) fail("--stop cannot be combined with --json-schema (a stop string could cut the value)");
+    schema = load_schema_constraint(o.json_schema, o.style.think && !o.raw);
+  }
   LoadedModel lm = load_model(o.model, interactive_workload(o.model));
   announce_demo(lm);
   install_sigint();
@@ -175,7 +204,13 @@ int run(const RunOptions& o) {
     chat::Json messages = chat::Json::array();
     if (!o.style.system.empty()) messages.push_back({{"role", "system"}, {"content", o.style.system}});
     messages.push_back({{"role", "user"}, {"content", prompt_text}});
+    // The model is told the schema the way its chat format says (a "Response Format" section).
+    if (schema) messages = chat::attach_response_format(messages, schema->schema);
     req.prompt = lm.tokenizer.encode(chat::encode_messages(messages, encode_options(o.style, true)));
+  }
+  if (schema) {
+    req.constraint = std::make_shared<const constrain::CompiledConstraint>(
+        std::move(*schema->grammar), std::make_shared<const constrain::TokenTrie>(lm.tokenizer));
   }
   SessionState session = lm.engine->new_session();
   GenerationResult r;
@@ -194,6 +229,8 @@ int run(const RunOptions& o) {
   }
   std::fflush(stdout);
   report_finish(r, lm.engine->context_limit());
+  if (schema && r.finish != FinishReason::kStop)
+    fmt::print(stderr, "dsv4: the output is not a complete JSON value (it was cut short)\n");
   fmt::print(stderr, "{}\n", stats_line(r.stats));
   return r.finish == FinishReason::kCancelled ? 130 : 0;
 }

@@ -140,6 +140,7 @@ std::vector<Setting> make_table() {
       flag_bool("raw", "--raw", "", false, "run: plain text continuation, no chat encoding"),
       flag_bool("run_json", "--json", "", false,
                 "run: print one JSON object: text, prompt_tokens, tokens, finish_reason, stats"),
+      path("json_schema", "--json-schema", "", "run: the answer is JSON valid for this JSON Schema file (constrained decoding)"),
       text("system", "--system", "", "", "run/chat: system prompt"),
       flag_bool("think", "--think,!--no-think", "", false, "thinking mode: the model reasons before answering"),
       choice("effort", "--effort", "", "", {"high", "max"}, "reasoning effort in thinking mode: high or max"),

@@ -307,16 +307,26 @@ std::string render_tools(const Json& tools) {
          "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
 }
 
-Json attach_tools(const Json& messages, const Json& tools) {
+namespace {
+
+Json attach_to_system(const Json& messages, const char* key, const Json& value) {
   if (!messages.is_array()) fail("chat: messages must be an array");
   Json out = messages;
-  if (tools.is_null() || (tools.is_array() && tools.empty())) return out;
+  if (value.is_null() || ((value.is_array() || value.is_object()) && value.empty())) return out;
   if (!out.empty() && role_of(out[0]) == "system") {
-    out[0]["tools"] = tools;
+    out[0][key] = value;
   } else {
-    out.insert(out.begin(), Json{{"role", "system"}, {"content", ""}, {"tools", tools}});
+    out.insert(out.begin(), Json{{"role", "system"}, {"content", ""}, {key, value}});
   }
   return out;
+}
+
+}  // namespace
+
+Json attach_tools(const Json& messages, const Json& tools) { return attach_to_system(messages, "tools", tools); }
+
+Json attach_response_format(const Json& messages, const Json& format) {
+  return attach_to_system(messages, "response_format", format);
 }
 
 std::string encode_messages(const Json& messages, const EncodeOptions& options, const Json& context) {

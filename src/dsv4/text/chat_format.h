@@ -50,6 +50,9 @@ std::string encode_messages(const Json& messages, const EncodeOptions& options, 
 // Puts OpenAI request-level `tools` where the format expects them: on the first message if it is
 // a system message, otherwise on a new empty system message in front.
 Json attach_tools(const Json& messages, const Json& tools);
+// The same for a response format (the schema the answer must follow): the format writes it as
+// "## Response Format: … You MUST strictly adhere to the following schema to reply:" + JSON.
+Json attach_response_format(const Json& messages, const Json& format);
 
 // The fixed "## Tools" block for a list of OpenAI tools ({"type":"function","function":{...}}).
 std::string render_tools(const Json& tools);
