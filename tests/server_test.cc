@@ -529,6 +529,94 @@ TEST(Server, ThinkingAnswersComeAsReasoningContent) {
   EXPECT_EQ(msg["content"], "");
 }
 
+// Constrained answers (the independent validation of many seeds is in constrain_generation_test
+// and the SDK test): JSON content that parses, forced tool calls that come back as tool_calls,
+// streaming and not, and max_tokens reported as "length".
+TEST(Server, JsonResponseFormatsAndForcedToolCalls) {
+  TestServer s;
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 5},
+      "n": {"type": "integer"}}, "required": ["city", "n"], "additionalProperties": false})");
+  int finished = 0;
+  for (int seed = 1; seed <= 4; ++seed) {
+    Json body = user_chat("Weather?", 120);
+    body["temperature"] = 1;
+    body["seed"] = seed;
+    body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "w"}, {"schema", schema}, {"strict", true}}}};
+    Reply r = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const Json& choice = r.json["choices"][0];
+    const std::string content = choice["message"]["content"];
+    if (choice["finish_reason"] == "length") continue;
+    ++finished;
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    const Json v = Json::parse(content, nullptr, false);
+    ASSERT_TRUE(v.is_object()) << content;
+    EXPECT_TRUE(v["city"].is_string() && v["n"].is_number_integer() && v.size() == 2) << content;
+  }
+  EXPECT_GE(finished, 2);
+
+  Json obj = user_chat("Any object", 3);
+  obj["response_format"] = {{"type", "json_object"}};
+  Reply cut = post(s, "/v1/chat/completions", obj);
+  ASSERT_EQ(cut.status, 200);
+  EXPECT_EQ(cut.json["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(cut.json["choices"][0]["message"]["content"].get<std::string>()[0], '{');
+
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters":
+      {"type": "object", "properties": {"city": {"type": "string", "maxLength": 4}, "unit": {"enum": ["c", "f"]}},
+       "required": ["city", "unit"], "additionalProperties": false}}},
+      {"type": "function", "function": {"name": "ping"}}])");
+  for (const Json& choice : {Json("required"), Json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    for (int seed = 1; seed <= 3; ++seed) {
+      for (bool stream : {false, true}) {
+        Json body = user_chat("Weather in Oslo?", 200);
+        body["temperature"] = 1;
+        body["seed"] = seed;
+        body["tools"] = tools;
+        body["tool_choice"] = choice;
+        body["stream"] = stream;
+        Reply r = post(s, "/v1/chat/completions", body);
+        ASSERT_EQ(r.status, 200) << r.body;
+        Json calls = Json::array();
+        std::string finish;
+        if (!stream) {
+          finish = r.json["choices"][0]["finish_reason"];
+          if (r.json["choices"][0]["message"].contains("tool_calls")) calls = r.json["choices"][0]["message"]["tool_calls"];
+        } else {
+          for (const Json& e : sse_events(r.body)) {
+            if (e.contains("choices") && !e["choices"].empty()) {
+              const Json& c = e["choices"][0];
+              if (c["delta"].contains("tool_calls")) calls = c["delta"]["tool_calls"];
+              if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+            }
+          }
+        }
+        if (finish == "length") continue;
+        EXPECT_EQ(finish, "tool_calls") << r.body;
+        ASSERT_FALSE(calls.empty()) << r.body;
+        if (choice.is_object()) {
+          EXPECT_EQ(calls.size(), 1u);
+        }
+        for (const Json& call : calls) {
+          const std::string name = call["function"]["name"];
+          const Json args = Json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+          ASSERT_TRUE(args.is_object()) << call.dump();
+          if (choice.is_object()) {
+            EXPECT_EQ(name, "get_weather");
+          }
+          if (name == "get_weather") {
+            EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 16) << call.dump();
+            EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << call.dump();
+          } else {
+            EXPECT_EQ(name, "ping");
+            EXPECT_TRUE(args.empty());
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Server, ContextOverflowIs400ContextLengthExceeded) {
   ServerOptions o = test_options();
   o.scheduler.context_limit = 16;
@@ -648,14 +736,35 @@ std::vector<BadRequest> bad_requests() {
       {"n = 2", "POST", chat, with("\"n\":2"), 400, "n"},
       {"logprobs", "POST", chat, with("\"logprobs\":true"), 400, "logprobs"},
       {"frequency_penalty", "POST", chat, with("\"frequency_penalty\":0.5"), 400, "frequency_penalty"},
-      {"json response_format", "POST", chat, with("\"response_format\":{\"type\":\"json_object\"}"), 400,
+      {"xml response_format", "POST", chat, with("\"response_format\":{\"type\":\"xml\"}"), 400,
        "response_format.type"},
+      {"json_schema without a name", "POST", chat,
+       with("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}"), 400,
+       "response_format.json_schema.name"},
+      {"json_schema with an unsupported keyword", "POST", chat,
+       with("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
+            "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^a\"}}}}}"),
+       400, "response_format.json_schema.schema.properties.a.pattern"},
+      {"json_schema with a $ref cycle", "POST", chat,
+       with("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
+            "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}}}"),
+       400, "response_format.json_schema.schema.$defs.a.$ref"},
+      {"json_object with stop", "POST", chat, with("\"response_format\":{\"type\":\"json_object\"},\"stop\":\"x\""), 400,
+       "stop"},
       {"tools not an array", "POST", chat, with("\"tools\":{}"), 400, "tools"},
       {"tool without function", "POST", chat, with("\"tools\":[{\"type\":\"function\"}]"), 400, "tools[0].function"},
       {"tool name with spaces", "POST", chat, with("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]"),
        400, "tools[0].function.name"},
       {"tool of another type", "POST", chat, with("\"tools\":[{\"type\":\"retrieval\"}]"), 400, "tools[0].type"},
-      {"tool_choice required", "POST", chat, with("\"tool_choice\":\"required\""), 400, "tool_choice"},
+      {"tool_choice required without tools", "POST", chat, with("\"tool_choice\":\"required\""), 400, "tool_choice"},
+      {"tool_choice naming no tool", "POST", chat,
+       with("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+            "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}"),
+       400, "tool_choice.function.name"},
+      {"forced tool with an unsupported keyword", "POST", chat,
+       with("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+            "\"properties\":{\"when\":{\"type\":\"string\",\"format\":\"date\"}}}}}],\"tool_choice\":\"required\""),
+       400, "tools[0].function.parameters.properties.when.format"},
       {"tool_choice a number", "POST", chat, with("\"tool_choice\":5"), 400, "tool_choice"},
       {"unknown reasoning_effort", "POST", chat, with("\"reasoning_effort\":\"extreme\""), 400, "reasoning_effort"},
       {"thinking a string", "POST", chat, with("\"thinking\":\"yes\""), 400, "thinking"},

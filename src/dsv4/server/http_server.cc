@@ -30,6 +30,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "dsv4/constrain/constraint_cache.h"
 #include "dsv4/server/beast_request.h"
 #include "dsv4/server/openai_routes.h"
 #include "dsv4/server/web_assets.h"
@@ -176,6 +177,7 @@ struct Server::Impl {
         options(std::move(o)),
         scheduler(e, t, metrics, options.scheduler),
         routes(openai_routes(options.defaults, options.limits)),
+        constraints(t),
         loopback(is_loopback_host(options.host)),
         started_at(unix_now()),
         body_budget(options.body_budget_bytes ? std::max(options.body_budget_bytes, options.max_body_bytes)
@@ -283,6 +285,7 @@ struct Server::Impl {
   // Before the event loop: handlers destroyed with the loop give their reservations back.
   Scheduler scheduler;
   std::vector<GenerationRoute> routes;
+  constrain::ConstraintCache constraints;  // compiled response formats / forced tool calls
   const bool loopback;
   const int64_t started_at;
   std::mutex rng_mu;
@@ -422,6 +425,15 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) 
   }
   g.max_tokens = r.max_tokens;
   g.stop_strings = r.stop;
+  if (r.output.active()) {
+    try {
+      g.constraint = constraints.get(answer_format(r.output, r.thinking));
+    } catch (const constrain::SchemaError& e) {
+      throw_bad_request(e.param(), "unsupported_schema", e.what());
+    } catch (const Error& e) {
+      throw_bad_request(r.output.calls_required ? "tool_choice" : r.output.content_param, "invalid_value", e.what());
+    }
+  }
   if (!r.ignore_eos) g.stop_ids = {static_cast<int32_t>(engine.config().eos_token_id)};
   return in;
 }

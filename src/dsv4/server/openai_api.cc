@@ -463,29 +463,81 @@ ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const 
   if (auto m = f.integer("max_completion_tokens", 1, limits.max_tokens)) r.max_tokens = *m;
   if (f.boolean("logprobs").value_or(false)) unsupported("logprobs", "log probabilities are not supported.");
   if (auto t = f.integer("top_logprobs", 0, 20); t && *t != 0) unsupported("top_logprobs", "log probabilities are not supported.");
-  f.boolean("parallel_tool_calls");
+  const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
+  OutputConstraint& out = r.output;
   if (const Json* rf = f.object("response_format")) {
     Fields rff(*rf, "response_format");
-    if (rff.string("type").value_or("text") != "text")
-      unsupported("response_format.type", "only \"text\" is supported.");
+    if (!rff.find("type")) missing("response_format.type");
+    const std::string type = *rff.string("type");
+    if (type == "json_object") {
+      out.content_schema = Json{{"type", "object"}};
+      out.content_param = "response_format";
+    } else if (type == "json_schema") {
+      const Json* js = rff.object("json_schema");
+      if (!js) missing("response_format.json_schema");
+      Fields jf(*js, "response_format.json_schema");
+      if (!jf.find("name")) missing(jf.name("name"));
+      if (!valid_function_name(*jf.string("name")))
+        bad_value(jf.name("name"), "a response format name is 1 to 64 letters, digits, '_' or '-'.");
+      jf.string("description");
+      jf.boolean("strict");
+      const Json* schema = jf.find("schema");
+      if (schema && !schema->is_object() && !schema->is_boolean()) wrong_type(jf.name("schema"), "an object", *schema);
+      out.content_schema = schema ? *schema : Json{{"type", "object"}};
+      out.content_param = jf.name("schema");
+    } else if (type != "text") {
+      bad_value("response_format.type", fmt::format("expected \"text\", \"json_object\" or \"json_schema\", got \"{}\".", type));
+    }
   }
 
   Json messages = parse_messages(f, limits);
   Json tools = parse_tools(f, limits);
   bool use_tools = !tools.empty();
+  std::string forced;  // a named function the answer must call
   if (const Json* choice = f.find("tool_choice")) {
     if (choice->is_string()) {
       const std::string& c = choice->get_ref<const std::string&>();
-      if (c == "none") use_tools = false;
-      else if (c == "required")
-        unsupported("tool_choice", "\"required\" cannot be enforced by this server; use \"auto\".");
-      else if (c != "auto")
+      if (c == "none") {
+        use_tools = false;
+      } else if (c == "required") {
+        if (tools.empty()) bad_value("tool_choice", "\"required\" needs at least one tool in 'tools'.");
+        out.calls_required = true;
+      } else if (c != "auto") {
         bad_value("tool_choice", fmt::format("expected \"none\", \"auto\" or \"required\", got \"{}\".", c));
+      }
     } else if (choice->is_object()) {
-      unsupported("tool_choice", "forcing a particular tool is not supported; use \"auto\".");
+      Fields cf(*choice, "tool_choice");
+      if (!cf.find("type")) missing("tool_choice.type");
+      if (*cf.string("type") != "function") bad_value("tool_choice.type", "only \"function\" can be chosen.");
+      const Json* fn = cf.object("function");
+      if (!fn) missing("tool_choice.function");
+      Fields ff(*fn, "tool_choice.function");
+      if (!ff.find("name")) missing("tool_choice.function.name");
+      forced = *ff.string("name");
+      bool found = false;
+      for (const Json& t : tools) found = found || t["function"]["name"] == forced;
+      if (!found) bad_value("tool_choice.function.name", fmt::format("no tool in 'tools' is named \"{}\".", forced));
+      out.calls_required = true;
     } else {
       wrong_type("tool_choice", "a string or an object", *choice);
     }
+  }
+  if (out.calls_required || (out.content_schema && use_tools)) {
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const Json& fn = tools[i]["function"];
+      const std::string name = fn["name"].get<std::string>();
+      if (!forced.empty() && name != forced) continue;
+      OutputConstraint::Tool t{name, std::nullopt, fmt::format("tools[{}].function.parameters", i)};
+      if (fn.contains("parameters")) t.parameters = fn["parameters"];
+      out.tools.push_back(std::move(t));
+    }
+    out.max_calls = forced.empty() && parallel ? kMaxParallelToolCalls : 1;
+  }
+  if (out.active()) {
+    // A stop string could cut the value short: refused when given, dropped when a default.
+    if (const Json* stop = f.find("stop"); stop && !(stop->is_array() && stop->empty()))
+      unsupported("stop", "stop sequences cannot be combined with a JSON response format or a required tool call.");
+    r.stop.clear();
   }
 
   chat::EncodeOptions eo;
@@ -494,6 +546,7 @@ ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const 
   // The official default: earlier turns' reasoning is not shown to the model again.
   eo.drop_thinking = true;
   r.tools = use_tools;
+  if (out.content_schema) messages = chat::attach_response_format(messages, *out.content_schema);
   try {
     r.prompt_text = chat::encode_messages(use_tools ? chat::attach_tools(messages, tools) : messages, eo);
   } catch (const Error& e) {
@@ -544,6 +597,20 @@ ApiRequest parse_completion_request(const Json& body, const RequestDefaults& d, 
     wrong_type("prompt", "a string or an array of token ids", prompt);
   }
   return r;
+}
+
+constrain::AnswerFormat answer_format(const OutputConstraint& c, bool thinking) {
+  constrain::AnswerFormat f;
+  f.thinking = thinking;
+  if (c.content_schema) {
+    f.content_schema = &*c.content_schema;
+    f.content_where = c.content_param;
+  }
+  for (const OutputConstraint::Tool& t : c.tools)
+    f.tools.push_back({t.name, t.parameters ? &*t.parameters : nullptr, t.param});
+  f.calls_required = c.calls_required;
+  f.max_calls = c.max_calls;
+  return f;
 }
 
 // ---- responses ------------------------------------------------------------------------------

@@ -2,6 +2,11 @@
 // ApiRequest (what the engine needs), and responses and stream chunks are built here. Every
 // check names the offending field in the error's `param`; nothing here touches the engine.
 //
+// A JSON response format or a required tool call makes the answer constrained (see
+// OutputConstraint): the server compiles the schemas (constrain/) and masks every token that
+// cannot continue a valid answer, so a finished answer always parses and validates. Explicit
+// stop strings are refused then (they could cut a value short; the default ones are dropped).
+//
 // Accepted request fields (anything else is ignored, as OpenAI-compatible servers commonly do):
 //   both endpoints  model (required), stream, stream_options.include_usage, max_tokens,
 //                   temperature [0, 2], top_p (0, 1], seed, stop (string or up to 4 strings),
@@ -10,8 +15,10 @@
 //                   past the end-of-sentence token, as vLLM's extension: benchmarks, tests)
 //   chat            messages (system | developer | user | assistant | tool; content as a string
 //                   or text parts; assistant reasoning_content and tool_calls; tool_call_id),
-//                   max_completion_tokens, tools (function tools), tool_choice (auto | none),
-//                   parallel_tool_calls, response_format (text only), logprobs (false only);
+//                   max_completion_tokens, tools (function tools), tool_choice (auto | none |
+//                   required | {"type": "function", "function": {"name"}}), parallel_tool_calls,
+//                   response_format (text | json_object | json_schema {name, schema, strict}),
+//                   logprobs (false only);
 //                   thinking: reasoning_effort (none | minimal -> off; low | medium | high ->
 //                   on; max | xhigh -> on with the "max" preamble), thinking (bool or
 //                   {"type": "enabled" | "disabled"}), chat_template_kwargs.thinking /
@@ -29,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dsv4/constrain/answer_grammar.h"
 #include "dsv4/runtime/generator.h"
 #include "dsv4/server/api_error.h"
 #include "dsv4/text/chat_format.h"
@@ -78,6 +86,27 @@ struct RequestDefaults {
 
 enum class ApiKind { kChat, kCompletion };
 
+// What a constrained answer must be (inactive: free text).
+struct OutputConstraint {
+  std::optional<Json> content_schema;  // the content is JSON valid for this schema
+  std::string content_param;           // the request field it came from (errors name it)
+  struct Tool {
+    std::string name;
+    std::optional<Json> parameters;
+    std::string param;  // "tools[2].function.parameters"
+  };
+  std::vector<Tool> tools;  // calls the answer may make (must, with calls_required)
+  bool calls_required = false;
+  size_t max_calls = 1;
+  bool active() const { return content_schema.has_value() || calls_required; }
+};
+
+// The grammar description for `c` (it points into `c`, which must outlive it).
+constrain::AnswerFormat answer_format(const OutputConstraint& c, bool thinking);
+
+// Invokes in one forced tool-call block when parallel_tool_calls is allowed.
+inline constexpr size_t kMaxParallelToolCalls = 8;
+
 struct ApiRequest {
   ApiKind kind = ApiKind::kChat;
   std::string model;
@@ -97,6 +126,7 @@ struct ApiRequest {
   int64_t max_tokens = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  OutputConstraint output;
 };
 
 ApiRequest parse_chat_request(const Json& body, const RequestDefaults& defaults, const RequestLimits& limits = {});
