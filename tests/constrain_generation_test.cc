@@ -102,9 +102,13 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
   std::vector<Output> generate_many(const Json& schema, int seeds, int64_t max_tokens) {
     constrain::AnswerFormat f;
     f.content_schema = &schema;
-    auto constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
     Json messages = Json::array({{{"role", "user"}, {"content", "Answer in JSON."}}});
     messages = text::chat::attach_response_format(messages, schema);
+    return generate_many(f, messages, seeds, max_tokens);
+  }
+
+  std::vector<Output> generate_many(const constrain::AnswerFormat& f, const Json& messages, int seeds, int64_t max_tokens) {
+    auto constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
     const std::vector<int32_t> prompt = tokenizer_->encode(text::chat::encode_messages(messages, {}));
     SessionState base = engine_->new_session();
     engine_->forward(base, std::span<const int32_t>(prompt).first(prompt.size() - 1), nullptr, false);
@@ -168,6 +172,59 @@ TEST_P(ConstrainedGeneration, EveryFinishedOutputValidatesWithAnIndependentValid
     EXPECT_NE(all_finished_text.find('\\'), std::string::npos) << "no escape";
     EXPECT_TRUE(std::regex_search(all_finished_text, std::regex("[\\x80-\\xff]"))) << "no non-ASCII text";
   }
+}
+
+// Forced tool calls: the chat format's parser reads every finished block, and each call's
+// arguments validate against its tool's parameters schema.
+TEST_P(ConstrainedGeneration, ForcedToolCallArgumentsValidate) {
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "book_flight", "parameters": {"type": "object", "properties": {
+      "from": {"type": "string", "minLength": 3, "maxLength": 3}, "to": {"type": "string", "maxLength": 5},
+      "seats": {"type": "integer"}, "class": {"enum": ["economy", "business"]},
+      "meal": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 4}]},
+      "options": {"type": "object", "properties": {"window": {"type": "boolean"}}, "additionalProperties": false},
+      "stops": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2}},
+      "required": ["from", "to", "class"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "now"}}])");
+  constrain::AnswerFormat f;
+  f.calls_required = true;
+  f.max_calls = 2;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& fn = tools[i]["function"];
+    f.tools.push_back({fn["name"], fn.contains("parameters") ? &fn["parameters"] : nullptr, "tools"});
+  }
+  Json messages = Json::array({{{"role", "user"}, {"content", "Book me a flight."}}});
+  messages = text::chat::attach_tools(messages, tools);
+  const int seeds = kSanitized ? 2 : 12;
+  std::string lines;
+  size_t blocks = 0, calls = 0;
+  // The markup alone takes ~30 tokens per parameter in a 512-token vocabulary.
+  for (const Output& o : generate_many(f, messages, seeds, 360)) {
+    if (getenv("DSV4_TEST_VERBOSE")) std::printf("%s\n", Json(o.text).dump().c_str());
+    if (o.finish != FinishReason::kStop) continue;
+    text::chat::ParseOptions po;
+    po.require_eos = false;
+    text::chat::ParsedMessage m;
+    ASSERT_NO_THROW(m = text::chat::parse_completion(o.text, po)) << o.text;
+    ASSERT_FALSE(m.tool_calls.empty()) << o.text;
+    EXPECT_EQ(m.content, "");
+    ++blocks;
+    for (const auto& call : m.tool_calls) {
+      ++calls;
+      const Json params = call.name == "now" ? Json::parse(R"({"type": "object", "maxProperties": 0})")
+                                             : tools[0]["function"]["parameters"];
+      ASSERT_TRUE(call.name == "now" || call.name == "book_flight") << call.name;
+      lines += Json{{"kind", "call"}, {"schema", params}, {"arguments", call.arguments}}.dump() + "\n";
+    }
+  }
+  EXPECT_GE(blocks * 3, static_cast<size_t>(seeds)) << "only " << blocks << " of " << seeds << " blocks finished";
+  test::TempDir tmp;
+  test::write_file(tmp / "calls.jsonl", lines);
+  const std::string cmd = "/usr/bin/python3 tests/validate_json.py " + tmp / "calls.jsonl" + " >" + tmp / "report" + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string report = test::read_file(tmp / "report");
+  std::printf("[%s] %zu tool-call blocks, %zu calls; %s", GetParam(), blocks, calls, report.c_str());
+  EXPECT_EQ(status, 0) << report;
 }
 
 TEST_P(ConstrainedGeneration, MaxTokensCutsAValueShortAsLength) {
