@@ -2,8 +2,8 @@
 # Sets everything up and runs every test: the release build (warnings are errors), the
 # same suite under AddressSanitizer + UndefinedBehaviorSanitizer, the NEON kernels
 # cross-compiled for aarch64 and tested under qemu-user, and a short libFuzzer
-# run over the checkpoint parsers, the tokenizer and the HTTP request parser. CI (.ci/run)
-# calls exactly this.
+# run over the checkpoint parsers, the tokenizer, the HTTP request parser and the JSON Schema
+# compiler. CI (.ci/run) calls exactly this.
 #   DSV4_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   DSV4_SKIP_ASAN=1   skip the sanitizer build (local iteration only)
 #   DSV4_SKIP_AARCH64=1  skip the aarch64 cross build and its qemu tests (local iteration only)
@@ -47,7 +47,7 @@ fi
 step "fuzz build (clang libFuzzer)"
 CXX=clang++ CC=clang cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_FUZZ=ON \
   -DDSV4_SANITIZE=ON -DDSV4_TESTS=OFF -DDSV4_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
-ninja -C build/fuzz parsers_fuzz tokenizer_fuzz http_fuzz
+ninja -C build/fuzz parsers_fuzz tokenizer_fuzz http_fuzz schema_fuzz
 step "fuzz run"
 seconds=${DSV4_FUZZ_SECONDS:-30}
 mkdir -p build/fuzz/corpus
@@ -62,5 +62,10 @@ mkdir -p build/fuzz/corpus_http
 cp -n fuzz/corpus_http/* build/fuzz/corpus_http/ 2>/dev/null || true
 build/fuzz/http_fuzz -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
   build/fuzz/corpus_http 2>&1 | tail -n 12
+# The schema compiler: a slow input (a schema that does not compile in bounded time) fails too.
+mkdir -p build/fuzz/corpus_schema
+cp -n fuzz/corpus_schema/* build/fuzz/corpus_schema/ 2>/dev/null || true
+build/fuzz/schema_fuzz -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  build/fuzz/corpus_schema 2>&1 | tail -n 12
 
 step "all tests passed"

@@ -212,13 +212,16 @@ class CompiledConstraint::Run final : public ConstrainedRun {
       for (int32_t e : ends_) kept.push_back(e >= 0 && static_cast<size_t>(e) < logits.size() ? logits[e] : 0.0f);
     constexpr float kOff = -std::numeric_limits<float>::infinity();
     float* l = logits.data();
-    for (size_t w = 0; w * 64 < have; ++w) {
+    const size_t full = have / 64;
+    for (size_t w = 0; w < full; ++w) {
       const uint64_t word = bits[w];
-      if (word == ~uint64_t{0} && w * 64 + 64 <= have) continue;
-      const size_t end = std::min(have, w * 64 + 64);
-      for (size_t i = w * 64; i < end; ++i)
-        if (!((word >> (i & 63)) & 1)) l[i] = kOff;
+      if (word == ~uint64_t{0}) continue;
+      // A select, not a branch: allowed bits are scattered (tokens that start mid-character...).
+      float* p = l + w * 64;
+      for (int b = 0; b < 64; ++b) p[b] = ((word >> b) & 1) ? p[b] : kOff;
     }
+    for (size_t i = full * 64; i < have; ++i)
+      if (!((bits[i >> 6] >> (i & 63)) & 1)) l[i] = kOff;
     for (size_t i = have; i < logits.size(); ++i) l[i] = kOff;
     if (may_end)
       for (size_t k = 0; k < ends_.size(); ++k)
