@@ -97,7 +97,7 @@ test("response_format json_object and streaming: the streamed text is the same v
       response_format: { type: "json_object" },
       temperature: 1,
       seed,
-      max_tokens: 60,
+      max_tokens: 200,
     });
     const c = r.choices[0];
     assert.equal(c.message.content[0], "{");
@@ -180,8 +180,8 @@ test("a forced call streams as tool_calls deltas the SDK's accumulator reads", a
   const runner = client.chat.completions.stream(params);
   const final = await runner.finalChatCompletion();
   assert.equal(final.choices[0].finish_reason, whole.choices[0].finish_reason);
-  assert.deepEqual(final.choices[0].message.tool_calls?.map((c) => c.function),
-    whole.choices[0].message.tool_calls?.map((c) => c.function));
+  const calls = (m) => m.tool_calls?.map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+  assert.deepEqual(calls(final.choices[0].message), calls(whole.choices[0].message));
 });
 
 test("max_tokens cutting a value short is finish_reason length (and the SDK's parse refuses it)", async () => {
@@ -196,7 +196,7 @@ test("max_tokens cutting a value short is finish_reason length (and the SDK's pa
   const r = await client.chat.completions.create(params);
   assert.equal(r.choices[0].finish_reason, "length");
   assert.throws(() => JSON.parse(r.choices[0].message.content));
-  await assert.rejects(client.chat.completions.parse(params), (e) => e instanceof OpenAI.LengthFinishReasonError);
+  await assert.rejects(client.chat.completions.parse(params), (e) => e.constructor.name === "LengthFinishReasonError");
 });
 
 test("schemas outside the subset are 400s naming the keyword's path", async () => {
