@@ -200,7 +200,6 @@ TEST_P(ConstrainedGeneration, ForcedToolCallArgumentsValidate) {
   size_t blocks = 0, calls = 0;
   // The markup alone takes ~30 tokens per parameter in a 512-token vocabulary.
   for (const Output& o : generate_many(f, messages, seeds, 360)) {
-    if (getenv("DSV4_TEST_VERBOSE")) std::printf("%s\n", Json(o.text).dump().c_str());
     if (o.finish != FinishReason::kStop) continue;
     text::chat::ParseOptions po;
     po.require_eos = false;

@@ -319,8 +319,6 @@ std::optional<std::string> check_masks(const text::Tokenizer& tok, Grammar gramm
       for (size_t k = 0; k < copy.specials().size(); ++k)
         if (vocab->added_token(copy.specials()[k]) == next) at = advance(copy, at, static_cast<Symbol>(kFirstSpecial + k));
     }
-    if (getenv("DSV4_TEST_VERBOSE") && (is_complete(at) || step + 1 == steps))
-      std::printf("[walk] %zu tokens: %s\n", tokens.size(), nlohmann::json(tok.decode(tokens)).dump().c_str());
     if (is_complete(at)) return tok.decode(tokens);
   }
   return std::nullopt;
