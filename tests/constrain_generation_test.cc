@@ -93,7 +93,7 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     EngineOptions o;
     o.threads = 1;
-    engine_ = Engine::open(test::fixture(GetParam()), o);
+    engine_ = test::open_engine(test::fixture(GetParam()), o);
     tokenizer_ = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(test::fixture(GetParam()) + "/tokenizer.json"));
     vocab_ = std::make_shared<const constrain::TokenTrie>(*tokenizer_);
   }
@@ -111,7 +111,7 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
     auto constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
     const std::vector<int32_t> prompt = tokenizer_->encode(text::chat::encode_messages(messages, {}));
     SessionState base = engine_->new_session();
-    engine_->forward(base, std::span<const int32_t>(prompt).first(prompt.size() - 1), nullptr, false);
+    engine_->forward(base, std::span<const int32_t>(prompt).first(prompt.size() - 1), nullptr, LogitRows::kLast);
     std::vector<Output> out;
     for (int seed = 1; seed <= seeds; ++seed) {
       GenerationRequest req;
@@ -245,7 +245,7 @@ TEST_P(ConstrainedGeneration, GreedyPicksTheBestAllowedToken) {
   const std::vector<int32_t> prompt = tokenizer_->encode("<｜begin▁of▁sentence｜>numbers:");
   SessionState s = engine_->new_session();
   std::vector<float> logits(static_cast<size_t>(engine_->config().vocab_size));
-  engine_->forward(s, prompt, logits.data(), false);
+  engine_->forward(s, prompt, logits.data(), LogitRows::kLast);
   std::vector<float> masked = logits;
   run->mask(masked);
   int32_t best = -1;
