@@ -20,17 +20,7 @@ namespace {
 
 using constrain::Json;
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = test::kAsan;
 
 struct SchemaCase {
   const char* name;
@@ -81,6 +71,20 @@ SamplingParams sampling_for(uint64_t seed) {
     default: break;
   }
   return p;
+}
+
+// Runs the independent validator (tests/validate_json.py) over JSON lines: its exit status
+// (0: every output valid) and its report.
+struct Validation {
+  int status;
+  std::string report;
+};
+Validation validate(const std::string& lines) {
+  test::TempDir tmp;
+  test::write_file(tmp / "cases.jsonl", lines);
+  const std::string cmd = "/usr/bin/python3 tests/validate_json.py " + tmp / "cases.jsonl" + " >" + tmp / "report" + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  return {status, test::read_file(tmp / "report")};
 }
 
 struct Output {
@@ -138,7 +142,6 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
 
 TEST_P(ConstrainedGeneration, EveryFinishedOutputValidatesWithAnIndependentValidator) {
   const int seeds = kSanitized ? 2 : 12;
-  test::TempDir tmp;
   std::string lines;
   size_t finished = 0, total = 0;
   std::string all_finished_text;
@@ -160,12 +163,9 @@ TEST_P(ConstrainedGeneration, EveryFinishedOutputValidatesWithAnIndependentValid
     EXPECT_GE(done_here * 4, static_cast<size_t>(seeds)) << c.name << ": only " << done_here << " of " << seeds << " finished";
   }
   EXPECT_GE(finished * 3, total * 2);
-  test::write_file(tmp / "outputs.jsonl", lines);
-  const std::string cmd = "/usr/bin/python3 tests/validate_json.py " + tmp / "outputs.jsonl" + " >" + tmp / "report" + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  const std::string report = test::read_file(tmp / "report");
-  std::printf("[%s] %zu of %zu outputs finished; %s", GetParam(), finished, total, report.c_str());
-  EXPECT_EQ(status, 0) << report;
+  const Validation v = validate(lines);
+  std::printf("[%s] %zu of %zu outputs finished; %s", GetParam(), finished, total, v.report.c_str());
+  EXPECT_EQ(v.status, 0) << v.report;
   // The outputs did exercise what the schemas allow.
   if (!kSanitized) {
     EXPECT_TRUE(std::regex_search(all_finished_text, std::regex("[0-9][eE][-+]?[0-9]"))) << "no exponent";
@@ -217,13 +217,9 @@ TEST_P(ConstrainedGeneration, ForcedToolCallArgumentsValidate) {
     }
   }
   EXPECT_GE(blocks * 3, static_cast<size_t>(seeds)) << "only " << blocks << " of " << seeds << " blocks finished";
-  test::TempDir tmp;
-  test::write_file(tmp / "calls.jsonl", lines);
-  const std::string cmd = "/usr/bin/python3 tests/validate_json.py " + tmp / "calls.jsonl" + " >" + tmp / "report" + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  const std::string report = test::read_file(tmp / "report");
-  std::printf("[%s] %zu tool-call blocks, %zu calls; %s", GetParam(), blocks, calls, report.c_str());
-  EXPECT_EQ(status, 0) << report;
+  const Validation v = validate(lines);
+  std::printf("[%s] %zu tool-call blocks, %zu calls; %s", GetParam(), blocks, calls, v.report.c_str());
+  EXPECT_EQ(v.status, 0) << v.report;
 }
 
 TEST_P(ConstrainedGeneration, MaxTokensCutsAValueShortAsLength) {
