@@ -343,7 +343,7 @@ int bench_model(const BenchModelOptions& o) {
     d["gen_tokens"] = o.gen_tokens;
     d["threads"] = engine->threads();
     d["kernels"] = kernels::active_path();
-    d["chunk"] = o.model.chunk > 0 ? o.model.chunk : prompt_len;
+    d["chunk"] = workload.chunk_tokens;
     d["fma_gflops_before_after"] = {fma_before, fma_after};
     d["prefill_params_per_token"] = work.per_token;
     d["head_params"] = work.head;
