@@ -14,28 +14,7 @@
 namespace dsv4 {
 namespace {
 
-void expect_same_compressor(const CompressorState& a, const CompressorState& b, const std::string& where) {
-  EXPECT_EQ(a.pending_kv, b.pending_kv) << where;
-  EXPECT_EQ(a.pending_gate, b.pending_gate) << where;
-  EXPECT_EQ(a.previous_kv, b.previous_kv) << where;
-  EXPECT_EQ(a.previous_gate, b.previous_gate) << where;
-  EXPECT_EQ(a.has_previous, b.has_previous) << where;
-  EXPECT_EQ(a.entries, b.entries) << where;
-  EXPECT_EQ(a.n_entries, b.n_entries) << where;
-}
-
-// Every field of two sessions, compared exactly.
-void expect_same_session(const SessionState& a, const SessionState& b) {
-  EXPECT_EQ(a.position, b.position);
-  EXPECT_EQ(a.tokens, b.tokens);
-  ASSERT_EQ(a.layers.size(), b.layers.size());
-  for (size_t i = 0; i < a.layers.size(); ++i) {
-    const std::string where = "layer " + std::to_string(i);
-    EXPECT_EQ(a.layers[i].window_kv, b.layers[i].window_kv) << where;
-    expect_same_compressor(a.layers[i].compressor, b.layers[i].compressor, where + " compressor");
-    expect_same_compressor(a.layers[i].indexer, b.layers[i].indexer, where + " indexer");
-  }
-}
+using test::expect_same_session;
 
 class ChatSessionTest : public ::testing::Test {
  protected:

@@ -6,6 +6,7 @@
 
 #include "dsv4/experts/expert_provider.h"
 #include "dsv4/model/engine.h"
+#include "dsv4/model/session.h"
 
 namespace dsv4::test {
 
@@ -27,6 +28,9 @@ constexpr bool kAsan = false;
 // with `experts` when given.
 std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions& options = {},
                                     std::unique_ptr<ExpertProvider> experts = nullptr);
+
+// Every field of two sessions, compared exactly (gtest expectations).
+void expect_same_session(const SessionState& a, const SessionState& b);
 
 // "../shared/fixtures/<name>" (tests run from the repository root).
 std::string fixture(const std::string& name);

@@ -31,6 +31,8 @@ struct BenchModelOptions {
   std::string prompt_file;  // token ids; empty: a pseudo-random prompt of prompt_tokens
   uint64_t probe_bytes = 0;  // bytes of shard read to measure the SSD
   std::string lookahead;     // off | exact (hash layers) | all
+  std::string spec;          // off | auto | ngram | oracle: a speculative run beside a plain one
+  int64_t draft_max = 0;
   bool json = false;
   // --replay: replay the recorded expert requests against a fresh store with a synthetic
   // compute model (per-layer dense, per-expert, head seconds) scaled by each factor.

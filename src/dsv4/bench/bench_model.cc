@@ -16,6 +16,7 @@
 #include "dsv4/bench/ssd_probe.h"
 #include "dsv4/cli/common.h"
 #include "dsv4/model/engine.h"
+#include "dsv4/runtime/generator.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 #include "dsv4/util/memory.h"
@@ -26,6 +27,65 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v);
+
+// Speculative decoding beside plain decoding in the same run, from the same prefilled session:
+// greedy, off and the mode alternated twice (medians), each generating the same tokens (the
+// run fails if they differ). Oracle drafts are the plain run's tokens, so every draft is right:
+// the machinery's ceiling.
+nlohmann::ordered_json spec_report(const BenchModelOptions& o, Engine& engine, const std::vector<int32_t>& prompt,
+                                   int64_t chunk) {
+  SessionState start = engine.new_session();
+  engine.forward(start, std::span<const int32_t>(prompt).first(prompt.size() - 1), nullptr, LogitRows::kLast, chunk);
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_tokens = o.gen_tokens + 1;  // the first comes from the prompt's last row
+  req.sampling.temperature = 0;
+  req.chunk = chunk;
+  req.draft_max = static_cast<int>(o.draft_max);
+  GenerationCallbacks cb;
+  cb.detokenize = [](int32_t) { return std::string(); };
+  auto run = [&](SpecMode mode, const std::vector<int32_t>& oracle) {
+    SessionState s = start;
+    GenerationRequest r = req;
+    r.spec = mode;
+    r.oracle = oracle;
+    return generate(engine, s, r, cb);
+  };
+  const SpecMode mode = parse_spec_mode(o.spec);
+  const std::vector<int32_t> plain = run(SpecMode::kOff, {}).tokens;  // also warms the caches
+  std::vector<double> off_rate, spec_rate, off_bytes, spec_bytes;
+  GenerationStats last;
+  for (int rep = 0; rep < 2; ++rep) {
+    const GenerationResult off = run(SpecMode::kOff, {});
+    const GenerationResult sp = run(mode, plain);
+    if (sp.tokens != off.tokens || off.tokens != plain)
+      fail("bench --spec {}: the speculative run generated other tokens than plain decoding", o.spec);
+    off_rate.push_back(off.stats.decode_tok_s());
+    spec_rate.push_back(sp.stats.decode_tok_s());
+    off_bytes.push_back(double(off.stats.bytes_read) / double(off.stats.generated_tokens));
+    spec_bytes.push_back(double(sp.stats.bytes_read) / double(sp.stats.generated_tokens));
+    last = sp.stats;
+  }
+  std::vector<double> by_position;
+  for (size_t i = 0; i < last.drafted_at.size(); ++i)
+    by_position.push_back(last.drafted_at[i] ? double(last.accepted_at[i]) / double(last.drafted_at[i]) : 0.0);
+  nlohmann::ordered_json j;
+  j["mode"] = o.spec;
+  j["draft_max"] = o.draft_max;
+  j["decode_tok_s"] = median(spec_rate);
+  j["off_decode_tok_s"] = median(off_rate);
+  j["speedup"] = median(off_rate) > 0 ? median(spec_rate) / median(off_rate) : 0.0;
+  j["decode_tok_s_runs"] = spec_rate;
+  j["off_decode_tok_s_runs"] = off_rate;
+  j["acceptance"] = last.acceptance();
+  j["acceptance_by_position"] = by_position;
+  j["tokens_per_pass"] = last.tokens_per_pass();
+  j["bytes_read_per_token"] = median(spec_bytes);
+  j["off_bytes_read_per_token"] = median(off_bytes);
+  return j;
 }
 
 int32_t argmax(const std::vector<float>& v) {
@@ -321,6 +381,8 @@ int bench_model(const BenchModelOptions& o) {
     rr.policies = policy_report(probe_ck, plan, tracing->events());
   }
 
+  const nlohmann::ordered_json spec = o.spec == "off" ? nlohmann::ordered_json() : spec_report(o, *engine, prompt, workload.chunk_tokens);
+
   if (o.json) {
     nlohmann::ordered_json j;
     j["load_s"] = load_s;
@@ -368,6 +430,7 @@ int bench_model(const BenchModelOptions& o) {
     d["replay_variants"] = rr.variants;
     d["generated"] = generated;
     j["details"] = d;
+    if (!spec.is_null()) j["spec"] = spec;
     std::puts(j.dump(2).c_str());
     return 0;
   }
@@ -392,6 +455,14 @@ int bench_model(const BenchModelOptions& o) {
   fmt::print("compute      {:.3f} s/token (decode minus time blocked on I/O){}\n", compute_per_token,
              all_resident ? "; every expert resident" : "");
   fmt::print("peak RSS     {}\n", format_bytes(peak_rss));
+  if (!spec.is_null())
+    fmt::print("spec         {} (draft max {}): decode {:.2f} tok/s against {:.2f} off = {:.2f}x; acceptance {:.0f}% "
+               "(by position {}), {:.2f} tokens/pass; {:.1f} MB read/token against {:.1f} off\n",
+               spec["mode"].get<std::string>(), o.draft_max, spec["decode_tok_s"].get<double>(),
+               spec["off_decode_tok_s"].get<double>(), spec["speedup"].get<double>(),
+               100 * spec["acceptance"].get<double>(), spec["acceptance_by_position"].dump(),
+               spec["tokens_per_pass"].get<double>(), spec["bytes_read_per_token"].get<double>() / 1e6,
+               spec["off_bytes_read_per_token"].get<double>() / 1e6);
   print_replay(plan, rr);
   return 0;
 }

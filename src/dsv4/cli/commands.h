@@ -63,6 +63,8 @@ struct SamplingOptions {
   std::optional<uint64_t> seed;
   int64_t max_tokens = 0;
   std::vector<std::string> stop;
+  std::string spec;  // speculative decoding mode
+  int64_t draft_max = 0;
 };
 
 struct ChatStyle {

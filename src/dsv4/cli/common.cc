@@ -130,10 +130,14 @@ std::string expert_stats_line(const ExpertStats& s, uint64_t peak_rss) {
 }
 
 std::string stats_line(const GenerationStats& s) {
+  std::string drafts;
+  if (s.drafted_tokens > 0)
+    drafts = fmt::format(" | drafts {}/{} accepted ({:.0f}%), {:.2f} tok/pass", s.accepted_tokens, s.drafted_tokens,
+                         100 * s.acceptance(), s.tokens_per_pass());
   return fmt::format(
-      "prompt {} tok ({} reused) | TTFT {:.2f} s | prefill {:.1f} tok/s | decode {:.2f} tok/s | {} tok | experts hit "
+      "prompt {} tok ({} reused) | TTFT {:.2f} s | prefill {:.1f} tok/s | decode {:.2f} tok/s | {} tok{} | experts hit "
       "{:.1f}% | read {:.2f} GB | peak RSS {:.2f} GB",
-      s.prompt_tokens, s.reused_tokens, s.ttft_s, s.prefill_tok_s(), s.decode_tok_s(), s.generated_tokens,
+      s.prompt_tokens, s.reused_tokens, s.ttft_s, s.prefill_tok_s(), s.decode_tok_s(), s.generated_tokens, drafts,
       100 * s.hit_rate(), s.bytes_read / 1e9, s.peak_rss_bytes / 1e9);
 }
 

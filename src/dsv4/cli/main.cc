@@ -99,6 +99,8 @@ void add_sampling_options(Bindings& b, CLI::App* cmd, dsv4::cli::SamplingOptions
   b.add(cmd, "seed", s.seed);
   b.add(cmd, "max_tokens", s.max_tokens);
   b.add(cmd, "stop", s.stop);
+  b.add(cmd, "spec", s.spec);
+  b.add(cmd, "draft_max", s.draft_max);
 }
 
 void add_chat_style(Bindings& b, CLI::App* cmd, dsv4::cli::ChatStyle& c) {
@@ -250,6 +252,8 @@ void register_bench(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "bench_prompt_file", m.prompt_file);
   b.add(cmd, "bench_ssd_probe_bytes", m.probe_bytes);
   b.add(cmd, "bench_lookahead", m.lookahead);
+  b.add(cmd, "bench_spec", m.spec);
+  b.add(cmd, "draft_max", m.draft_max);
   b.add(cmd, "bench_json", m.json);
   b.add(cmd, "bench_replay", m.replay);
   b.add(cmd, "bench_trace_out", m.trace_out);

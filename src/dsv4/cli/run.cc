@@ -62,6 +62,8 @@ GenerationRequest make_request(const LoadedModel& lm, const ModelOptions& m, con
   r.sampling = sampling_params(lm.dir, s);
   r.max_tokens = s.max_tokens;
   r.stop_strings = s.stop;
+  r.spec = parse_spec_mode(s.spec);
+  r.draft_max = static_cast<int>(s.draft_max);
   r.stop_ids = {static_cast<int32_t>(lm.engine->config().eos_token_id)};
   r.context_limit = m.ctx;
   r.chunk = m.chunk;
@@ -150,7 +152,11 @@ nlohmann::json stats_json(const GenerationStats& s) {
           {"prefill_tok_s", s.prefill_tok_s()}, {"decode_tok_s", s.decode_tok_s()},
           {"expert_requests", s.expert_requests}, {"expert_hit_rate", s.hit_rate()},
           {"bytes_read", s.bytes_read},         {"peak_rss_bytes", s.peak_rss_bytes},
-          {"seed", s.seed},                     {"constraint_s", s.constraint_s}};
+          {"seed", s.seed},                     {"constraint_s", s.constraint_s},
+          {"decode_passes", s.decode_passes},   {"drafted_tokens", s.drafted_tokens},
+          {"accepted_tokens", s.accepted_tokens}, {"acceptance", s.acceptance()},
+          {"tokens_per_pass", s.tokens_per_pass()}, {"accepted_at", s.accepted_at},
+          {"drafted_at", s.drafted_at}};
 }
 
 // --json-schema: the schema file, checked before the model loads (a bad schema fails fast).

@@ -124,12 +124,15 @@ int serve(const ServeOptions& o) {
   so.defaults.seed = o.sampling.seed;
   so.defaults.max_tokens = o.sampling.max_tokens;
   so.defaults.stop = o.sampling.stop;
+  so.defaults.spec = parse_spec_mode(o.sampling.spec);
+  so.defaults.draft_max = static_cast<int>(o.sampling.draft_max);
   so.defaults.vocab_size = static_cast<int32_t>(lm.engine->config().vocab_size);
   so.scheduler.max_queue = static_cast<size_t>(o.max_queue);
   so.scheduler.cache_entries = static_cast<size_t>(o.cache_entries);
   so.scheduler.cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
   so.scheduler.context_limit = o.model.ctx;
   so.scheduler.chunk = o.model.chunk;
+
   so.scheduler.token_delay_ms = o.token_delay_ms;
 
   if (const std::string w = server::exposure_warning(o.host, !o.api_key.empty()); !w.empty())

@@ -5,6 +5,7 @@
 
 #include "dsv4/model/compressor.h"
 #include "dsv4/model/ops.h"
+#include "dsv4/model/undo_log.h"
 #include "dsv4/model/rope.h"
 #include "dsv4/util/thread_pool.h"
 
@@ -54,8 +55,11 @@ int64_t window_rows(const Pass& p, const LayerWeights& L, const float* x, LayerS
     ops::rms_norm(kvt, a.kv_norm.data(), hd, eps, kvt);
     rope.rotate(kvt, hd, p.cos(L.spec, t), p.sin(L.spec, t));
   }
-  for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t)
-    std::copy_n(kv_new + t * hd, hd, st.window_kv.data() + ((pos0 + t) % W) * hd);
+  for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) {
+    float* ring_row = st.window_kv.data() + ((pos0 + t) % W) * hd;
+    if (p.undo) p.undo->save(pos0 + t, ring_row, hd);
+    std::copy_n(kv_new + t * hd, hd, ring_row);
+  }
   return n_prev;
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "dsv4/model/ops.h"
+#include "dsv4/model/undo_log.h"
 #include "dsv4/model/rope.h"
 #include "dsv4/util/thread_pool.h"
 
@@ -27,8 +28,15 @@ void pool_window(const PoolSlot* slots, int n_slots, int dim, float* out) {
 
 // Window `entry` is complete: pool its slots, normalize, rope at the window's first position
 // and append the entry; CSA keeps the window's A half for the next entry.
-void emit_entry(const Pass& p, const CompressorWeights& w, CompressorState& st) {
+void emit_entry(const Pass& p, int64_t position, const CompressorWeights& w, CompressorState& st) {
   const int m = w.ratio, dim = w.dim, width = (w.overlap ? 2 : 1) * dim;
+  if (p.undo) {
+    p.undo->save_entry_count(position, st);
+    if (w.overlap) {
+      p.undo->save(position, st.previous_kv.data(), st.previous_kv.size());
+      p.undo->save(position, st.previous_gate.data(), st.previous_gate.size());
+    }
+  }
   PoolSlot* slots = p.ws.pool_slots.data();
   int n = 0;
   if (w.overlap) {
@@ -74,10 +82,14 @@ void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, 
     const int slot = static_cast<int>((p.pos0 + t) % m);
     float* pk = st.pending_kv.data() + slot * width;
     float* pg = st.pending_gate.data() + slot * width;
+    if (p.undo) {
+      p.undo->save(p.pos0 + t, pk, width);
+      p.undo->save(p.pos0 + t, pg, width);
+    }
     std::copy_n(kv + t * width, width, pk);
     const float* ape = w.ape.data() + slot * width;
     for (int i = 0; i < width; ++i) pg[i] = gate[t * width + i] + ape[i];
-    if (slot == m - 1) emit_entry(p, w, st);
+    if (slot == m - 1) emit_entry(p, p.pos0 + t, w, st);
   }
 }
 

@@ -37,7 +37,7 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
 SessionState Engine::new_session() const { return SessionState::create(config(), workspace_.context); }
 
 void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows,
-                     int64_t chunk) {
+                     int64_t chunk, UndoLog* undo) {
   std::lock_guard<std::mutex> lock(forward_mutex_);
   const ModelConfig& c = config();
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -54,15 +54,16 @@ void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* lo
     float* out = nullptr;
     if (logits && rows == LogitRows::kAll) out = logits + begin * c.vocab_size;
     if (logits && rows == LogitRows::kLast && last) out = logits;
-    forward_pass(s, tokens.subspan(begin, len), out, rows);
+    forward_pass(s, tokens.subspan(begin, len), out, rows, undo);
   }
 }
 
 // One pass through the whole model: embed -> layers (mHC around attention and MoE) ->
 // hc_head -> norm -> head.
-void Engine::forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows) {
+void Engine::forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows,
+                          UndoLog* undo) {
   const ModelConfig& c = config();
-  const Pass p{c, options_.numerics, pool_, workspace_, ropes_, static_cast<int64_t>(tokens.size()), s.position};
+  const Pass p{c, options_.numerics, pool_, workspace_, ropes_, static_cast<int64_t>(tokens.size()), s.position, undo};
   embed(p, tokens);
   for (int l = 0; l < c.num_layers; ++l) layer(p, weights_.layers[l], tokens, s.layers[l]);
   s.position += p.T;

@@ -15,6 +15,7 @@
 #include "dsv4/kernels/kernels.h"
 #include "dsv4/model/rope.h"
 #include "dsv4/model/session.h"
+#include "dsv4/model/undo_log.h"
 #include "dsv4/model/weights.h"
 #include "dsv4/model/workspace.h"
 #include "dsv4/util/thread_pool.h"
@@ -63,15 +64,16 @@ class Engine {
   // Feeds `tokens` to the session in passes of at most `chunk` tokens (0 or more than the
   // workspace holds: the workspace's max_rows). logits: null, or [tokens.size(), vocab]
   // (kAll) / [vocab] (kLast). Throws Error on a token id outside the vocabulary or a session
-  // past the context limit.
+  // past the context limit. With `undo`, every write into the session is saved there first,
+  // so that the last positions fed can be taken back (UndoLog::rewind).
   void forward(SessionState& session, std::span<const int32_t> tokens, float* logits, LogitRows rows,
-               int64_t chunk = 0);
+               int64_t chunk = 0, UndoLog* undo = nullptr);
 
  private:
   Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions& options,
          std::unique_ptr<ExpertProvider> experts);
   // One pass of T <= max_rows tokens: embed -> layers -> (logits) hc_head -> norm -> head.
-  void forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows);
+  void forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows, UndoLog* undo);
   void embed(const Pass& p, std::span<const int32_t> tokens);
   void layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state);
   void head(const Pass& p, LogitRows rows, float* logits);

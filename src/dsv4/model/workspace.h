@@ -18,6 +18,7 @@
 namespace dsv4 {
 
 class ThreadPool;
+class UndoLog;
 
 // Per-token mixing coefficients of one mHC sub-block.
 struct HcMix {
@@ -113,6 +114,7 @@ struct Pass {
   const Rope* ropes;  // [2]: sliding-only layers, compressed layers
   int64_t T = 0;      // rows in this pass
   int64_t pos0 = 0;   // position of row 0
+  UndoLog* undo = nullptr;  // when set, every write into the session is saved first
 
   int rope_variant(const LayerSpec& l) const { return l.compress_ratio == 0 ? 0 : 1; }
   const Rope& rope(const LayerSpec& l) const { return ropes[rope_variant(l)]; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "dsv4/model/undo_log.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
 
@@ -115,20 +116,23 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   const auto decode_start = Clock::now();
   result.finish = FinishReason::kLength;
   bool stop_string_hit = false;
-  for (int64_t i = 0; i < req.max_tokens; ++i) {
-    if (cb.cancel && cb.cancel->load()) {
-      result.finish = FinishReason::kCancelled;
-      break;
-    }
-    if (constraint) constraint->mask(logits);
-    const int32_t next = sampler.sample(logits, history);
+  // Takes a sampled token: false when it ends the generation (result.finish says why).
+  // Draws the next token from `row` (the logits after the last token taken), masked by the
+  // constraint, which then advances over the token drawn (every token drawn is taken).
+  auto draw = [&](std::span<float> row) {
+    if (constraint) constraint->mask(row);
+    if (cb.on_logits) cb.on_logits(row);
+    const int32_t next = sampler.sample(row, history);
     if (constraint) constraint->advance(next);
+    return next;
+  };
+  auto take = [&](int32_t next) {
     result.tokens.push_back(next);
     history.push_back(next);
     if (result.tokens.size() == 1) st.ttft_s = seconds_since(start);
     if (std::find(req.stop_ids.begin(), req.stop_ids.end(), next) != req.stop_ids.end()) {
       result.finish = FinishReason::kStop;
-      break;
+      return false;
     }
     pending += cb.detokenize(next);
     for (const std::string& s : req.stop_strings) {
@@ -140,19 +144,88 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     }
     if (stop_string_hit) {
       result.finish = FinishReason::kStop;
-      break;
+      return false;
     }
     emit(pending.size() - held_back(pending, req.stop_strings));
     if (constraint && constraint->complete()) {
       result.finish = FinishReason::kStop;
-      break;
+      return false;
     }
-    if (i + 1 == req.max_tokens) break;
+    if (static_cast<int64_t>(result.tokens.size()) >= req.max_tokens) {
+      result.finish = FinishReason::kLength;
+      return false;
+    }
+    return true;
+  };
+
+  // Decoding. Each step feeds the last token taken plus k drafts in one pass of k + 1 rows;
+  // row j's logits draw the token after row j exactly as one-by-one decoding would, so the
+  // step takes drafts while they equal the tokens drawn, then one more token, and the rows
+  // after the last token kept are taken back (see speculative.h).
+  const SpecMode mode = req.max_tokens > 1 ? req.spec : SpecMode::kOff;
+  const int draft_max = mode == SpecMode::kOff ? 0 : static_cast<int>(std::min<int64_t>(req.draft_max, engine.max_rows() - 1));
+  DraftController controller(draft_max, /*may_stop_drafting=*/mode == SpecMode::kAuto);
+  std::vector<float> verified;  // [draft_max + 1, V]
+  if (draft_max > 0) verified.resize(static_cast<size_t>(draft_max + 1) * V);
+  std::vector<int32_t> rows(static_cast<size_t>(draft_max) + 1);
+  st.drafted_at.assign(static_cast<size_t>(draft_max), 0);
+  st.accepted_at.assign(static_cast<size_t>(draft_max), 0);
+  UndoLog undo;
+
+  bool going = req.max_tokens > 0 && !(cb.cancel && cb.cancel->load());
+  if (!going && req.max_tokens > 0) result.finish = FinishReason::kCancelled;
+  if (going) going = take(draw(logits));
+  while (going) {
     if (session.position >= limit) {
       result.finish = FinishReason::kContextLimit;
       break;
     }
-    engine.forward(session, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
+    if (cb.cancel && cb.cancel->load()) {
+      result.finish = FinishReason::kCancelled;
+      break;
+    }
+    // Drafts: never more than the context, the token budget or the workspace can take.
+    const int64_t room = std::min(limit - session.position, req.max_tokens - static_cast<int64_t>(result.tokens.size()));
+    int k = static_cast<int>(std::clamp<int64_t>(room - 1, 0, draft_max));
+    rows[0] = history.back();
+    if (k > 0) {
+      if (mode == SpecMode::kOracle) {
+        const size_t at = result.tokens.size();
+        k = static_cast<int>(std::min<size_t>(static_cast<size_t>(k), req.oracle.size() > at ? req.oracle.size() - at : 0));
+        std::copy_n(req.oracle.begin() + static_cast<std::ptrdiff_t>(at), k, rows.begin() + 1);
+      } else {
+        k = ngram_draft(history, k, rows.data() + 1);
+      }
+      k = controller.draft_length(k);
+    }
+    const auto pass_start = Clock::now();
+    ++st.decode_passes;
+    if (k == 0) {
+      engine.forward(session, std::span<const int32_t>(rows.data(), 1), logits.data(), LogitRows::kLast);
+      if (draft_max > 0) controller.record(1, 0, seconds_since(pass_start));
+      going = take(draw(logits));
+      continue;
+    }
+    undo.begin(session);
+    const int64_t pass_position = session.position;
+    engine.forward(session, std::span<const int32_t>(rows.data(), static_cast<size_t>(k) + 1), verified.data(),
+                   LogitRows::kAll, k + 1, &undo);
+    const double pass_s = seconds_since(pass_start);
+    int kept = 0;  // rows of the pass the session keeps: the token before the drafts + drafts taken
+    int accepted = 0;
+    for (int j = 0; j <= k; ++j) {
+      const int32_t next = draw(std::span<float>(verified.data() + static_cast<size_t>(j) * V, V));
+      kept = j + 1;
+      const bool right = j < k && next == rows[static_cast<size_t>(j) + 1];
+      if (j < k) ++st.drafted_at[static_cast<size_t>(j)];
+      if (right) ++st.accepted_at[static_cast<size_t>(j)], ++accepted;
+      going = take(next);
+      if (!going || !right) break;
+    }
+    st.drafted_tokens += k;
+    st.accepted_tokens += accepted;
+    controller.record(k + 1, accepted, pass_s);
+    if (kept < k + 1) undo.rewind(session, pass_position + kept);
   }
   // Text held back for a stop string that never completed is final now; so are the bytes of
   // an incomplete character. After a stop string, nothing more is emitted.

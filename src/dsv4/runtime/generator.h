@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "dsv4/runtime/logit_constraint.h"
 #include "dsv4/runtime/sampler.h"
 #include "dsv4/runtime/settings.h"
+#include "dsv4/runtime/speculative.h"
 
 namespace dsv4 {
 
@@ -34,6 +36,10 @@ struct GenerationRequest {
   // soon as the output is complete. Stop strings must be empty with a constraint (a stop
   // string could cut a value short).
   std::shared_ptr<const LogitConstraint> constraint;
+  // Speculative decoding (never changes the output, see speculative.h).
+  SpecMode spec = SpecMode::kOff;
+  int draft_max = static_cast<int>(setting_default<int64_t>("draft_max"));
+  std::vector<int32_t> oracle;  // kOracle: the continuation to draft from (benchmarks)
 };
 
 struct GenerationStats {
@@ -48,11 +54,20 @@ struct GenerationStats {
   uint64_t expert_requests = 0, expert_hits = 0, bytes_read = 0;
   uint64_t peak_rss_bytes = 0;
   uint64_t seed = 0;
+  // Decoding passes after the first token, and what drafting did in them.
+  int64_t decode_passes = 0;
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
+  std::vector<int64_t> drafted_at, accepted_at;  // [draft position]: drafts tried / kept
 
   // (Inline: the request parsers' fuzz build formats stats without linking the engine.)
   double prefill_tok_s() const { return prefill_s > 0 ? prefilled_tokens / prefill_s : 0; }
   double decode_tok_s() const { return decode_s > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_s : 0; }
   double hit_rate() const { return expert_requests ? double(expert_hits) / double(expert_requests) : 0; }
+  double acceptance() const { return drafted_tokens ? double(accepted_tokens) / double(drafted_tokens) : 0; }
+  // Tokens each decoding pass produced (1 without drafting).
+  double tokens_per_pass() const {
+    return decode_passes ? double(generated_tokens - 1) / double(decode_passes) : 0;
+  }
 };
 
 struct GenerationResult {
@@ -70,6 +85,8 @@ struct GenerationCallbacks {
   std::function<void(const std::string&)> on_text;                     // optional
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // optional
   const std::atomic<bool>* cancel = nullptr;                           // optional
+  // The logits each generated token was drawn from, in order (optional; tests, log-probs).
+  std::function<void(std::span<const float>)> on_logits;
 };
 
 // Runs a generation in `session`. If the session's tokens are a prefix of the prompt only

@@ -121,6 +121,10 @@ std::vector<Setting> make_table() {
       integer("max_tokens", "--max-tokens", "DSV4_MAX_TOKENS", 512, 0, kMaxTokens,
               "stop after this many generated tokens"),
       text("stop", "--stop", "", "", "stop when this text is generated (repeatable)", K::kRepeated),
+      // Speculative decoding (run, chat, serve): never changes the output.
+      choice("spec", "--spec", "DSV4_SPEC", "auto", {"off", "auto", "ngram"},
+             "speculative decoding: off, auto (draft when measured to pay) or ngram (always draft from earlier text)"),
+      integer("draft_max", "--draft-max", "DSV4_DRAFT_MAX", 4, 1, 16, "most tokens drafted per step"),
       // Server.
       text("host", "--host", "DSV4_HOST", "127.0.0.1", "address the server binds to"),
       integer("port", "--port", "DSV4_PORT", 8080, 0, 65535, "port the server listens on (0 = any free port)"),
@@ -193,6 +197,9 @@ std::vector<Setting> make_table() {
            "bench: bytes of shard read to measure the SSD"),
       choice("bench_lookahead", "--lookahead", "", "all", {"off", "exact", "all"},
              "bench: guess experts ahead: off, exact (hash-routed layers only), all (also run routers early)"),
+      choice("bench_spec", "--spec", "", "off", {"off", "auto", "ngram", "oracle"},
+             "bench: also decode with speculative decoding in this mode (oracle: drafts from the plain run's "
+             "tokens, all right) and compare with drafting off in the same run"),
       flag_bool("bench_json", "--json", "", false, "bench: print one JSON object"),
       flag_bool("bench_replay", "--replay", "", false,
                 "bench: replay the recorded expert requests with a synthetic compute model at several speeds"),

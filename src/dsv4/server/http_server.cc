@@ -434,6 +434,8 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) 
       throw_bad_request(r.output.calls_required ? "tool_choice" : r.output.content_param, "invalid_value", e.what());
     }
   }
+  g.spec = r.spec;
+  g.draft_max = r.draft_max;
   if (!r.ignore_eos) g.stop_ids = {static_cast<int32_t>(engine.config().eos_token_id)};
   return in;
 }

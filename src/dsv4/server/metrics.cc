@@ -53,6 +53,9 @@ void Metrics::observe_generation(const GenerationStats& s, double ttft_s, double
   prompt_tokens_ += static_cast<uint64_t>(s.prompt_tokens);
   reused_tokens_ += static_cast<uint64_t>(s.reused_tokens);
   generated_tokens_ += static_cast<uint64_t>(s.generated_tokens);
+  decode_passes_ += static_cast<uint64_t>(s.decode_passes);
+  drafted_tokens_ += static_cast<uint64_t>(s.drafted_tokens);
+  accepted_tokens_ += static_cast<uint64_t>(s.accepted_tokens);
   queue_wait_.observe(queue_s);
   if (s.generated_tokens > 0) ttft_.observe(ttft_s);
   if (s.generated_tokens > 1 && s.decode_s > 0) decode_rate_.observe(s.decode_tok_s());
@@ -109,6 +112,12 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   out += fmt::format("dsv4_prompt_tokens_reused_total {}\n", reused_tokens_);
   header(out, "dsv4_generated_tokens_total", "counter", "Generated tokens.");
   out += fmt::format("dsv4_generated_tokens_total {}\n", generated_tokens_);
+  header(out, "dsv4_decode_passes_total", "counter", "Forward passes of decoding (each verifies its drafts).");
+  out += fmt::format("dsv4_decode_passes_total {}\n", decode_passes_);
+  header(out, "dsv4_drafted_tokens_total", "counter", "Tokens drafted by speculative decoding.");
+  out += fmt::format("dsv4_drafted_tokens_total {}\n", drafted_tokens_);
+  header(out, "dsv4_accepted_tokens_total", "counter", "Drafted tokens that were right (kept).");
+  out += fmt::format("dsv4_accepted_tokens_total {}\n", accepted_tokens_);
   header(out, "dsv4_time_to_first_token_seconds", "histogram", "From request arrival to the first generated token.");
   out += ttft_.render("dsv4_time_to_first_token_seconds");
   header(out, "dsv4_decode_tokens_per_second", "histogram", "Decode rate of each generation (after the first token).");

@@ -63,6 +63,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> finishes_;
   uint64_t prompt_tokens_ = 0, reused_tokens_ = 0, generated_tokens_ = 0, generations_ = 0;
+  uint64_t decode_passes_ = 0, drafted_tokens_ = 0, accepted_tokens_ = 0;  // speculative decoding
   uint64_t rejected_ = 0, cache_hits_ = 0, cache_misses_ = 0;
   uint64_t open_connections_ = 0, refused_connections_ = 0;
   Histogram ttft_, decode_rate_, queue_wait_;

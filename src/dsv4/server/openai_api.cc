@@ -211,6 +211,15 @@ void parse_common(const Fields& f, const RequestDefaults& d, const RequestLimits
   r.max_tokens = d.max_tokens;
   if (auto m = f.integer("max_tokens", 1, limits.max_tokens)) r.max_tokens = *m;
   r.ignore_eos = f.boolean("ignore_eos").value_or(false);
+  r.spec = d.spec;
+  if (auto s = f.string("spec", 16)) {
+    if (*s == "off") r.spec = SpecMode::kOff;
+    else if (*s == "auto") r.spec = SpecMode::kAuto;
+    else if (*s == "ngram") r.spec = SpecMode::kNgram;
+    else bad_value("spec", "must be \"off\", \"auto\" or \"ngram\".");
+  }
+  r.draft_max = d.draft_max;
+  if (auto k = f.integer("draft_max", 1, 16)) r.draft_max = static_cast<int>(*k);
 
   if (!f.find("stop")) r.stop = d.stop;
   if (const Json* stop = f.find("stop")) {
@@ -405,7 +414,7 @@ void parse_thinking(const Fields& f, bool& thinking, chat::ReasoningEffort& effo
 const FieldList& chat_request_fields() {
   static const FieldList fields = {
       "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-      "frequency_penalty", "presence_penalty", "n", "seed", "max_tokens", "ignore_eos", "stop",
+      "frequency_penalty", "presence_penalty", "n", "seed", "max_tokens", "ignore_eos", "spec", "draft_max", "stop",
       "max_completion_tokens", "logprobs", "top_logprobs", "parallel_tool_calls", "response_format", "messages",
       "tools", "tool_choice", "reasoning_effort", "thinking", "chat_template_kwargs"};
   return fields;
@@ -414,7 +423,7 @@ const FieldList& chat_request_fields() {
 const FieldList& completion_request_fields() {
   static const FieldList fields = {
       "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-      "frequency_penalty", "presence_penalty", "n", "seed", "max_tokens", "ignore_eos", "stop", "echo", "suffix",
+      "frequency_penalty", "presence_penalty", "n", "seed", "max_tokens", "ignore_eos", "spec", "draft_max", "stop", "echo", "suffix",
       "best_of", "logprobs", "prompt"};
   return fields;
 }
@@ -640,7 +649,10 @@ Json stats_json(const GenerationStats& s, double queue_s) {
           {"decode_tok_s", s.decode_tok_s()},
           {"reused_tokens", s.reused_tokens},
           {"expert_hit_rate", s.hit_rate()},
-          {"bytes_read", s.bytes_read}};
+          {"bytes_read", s.bytes_read},
+          {"drafted_tokens", s.drafted_tokens},
+          {"accepted_tokens", s.accepted_tokens},
+          {"tokens_per_pass", s.tokens_per_pass()}};
 }
 
 Json tool_calls_json(const std::vector<text::chat::ToolCall>& calls, bool with_index) {

@@ -12,7 +12,8 @@
 //                   temperature [0, 2], top_p (0, 1], seed, stop (string or up to 4 strings),
 //                   n (1 only), frequency_penalty / presence_penalty (0 only), user;
 //                   extensions: top_k, min_p, repetition_penalty, ignore_eos (keep generating
-//                   past the end-of-sentence token, as vLLM's extension: benchmarks, tests)
+//                   past the end-of-sentence token, as vLLM's extension: benchmarks, tests),
+//                   spec (off | auto | ngram) and draft_max [1, 16]: speculative decoding
 //   chat            messages (system | developer | user | assistant | tool; content as a string
 //                   or text parts; assistant reasoning_content and tool_calls; tool_call_id),
 //                   max_completion_tokens, tools (function tools), tool_choice (auto | none |
@@ -82,6 +83,8 @@ struct RequestDefaults {
   int64_t max_tokens = setting_default<int64_t>("max_tokens");
   std::vector<std::string> stop;  // for requests without "stop"
   int32_t vocab_size = 0;         // token prompts must be below this
+  SpecMode spec = SpecMode::kOff;  // --spec / --draft-max: for requests without "spec" / "draft_max"
+  int draft_max = static_cast<int>(setting_default<int64_t>("draft_max"));
 };
 
 enum class ApiKind { kChat, kCompletion };
@@ -127,6 +130,8 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   OutputConstraint output;
+  SpecMode spec = SpecMode::kOff;  // speculative decoding (never changes the answer)
+  int draft_max = 1;
 };
 
 ApiRequest parse_chat_request(const Json& body, const RequestDefaults& defaults, const RequestLimits& limits = {});
