@@ -110,6 +110,11 @@ TEST(DraftController, StopsDraftingWhenDraftsAreWrongAndProbesAgain) {
   for (int i = 0; i < 40; ++i) d.record(5, 4, 1.1), d.record(1, 0, 1.0);
   EXPECT_EQ(d.draft_length(4), 4);
   EXPECT_EQ(d.draft_length(2), 2);
+  // Pass times not measured yet come from the measured ones: drafting 2 at 1.2x the time of
+  // one row and always right, a third draft (assumed ~1.3x) is worth trying.
+  DraftController f(3, true);
+  for (int i = 0; i < 40; ++i) f.record(3, 2, 0.24), f.record(1, 0, 0.2);
+  EXPECT_EQ(f.draft_length(3), 3);
   // An explicit mode never stops.
   DraftController e(2, false);
   for (int i = 0; i < 40; ++i) e.record(2, 0, 5.0), e.record(1, 0, 1.0);

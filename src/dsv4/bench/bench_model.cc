@@ -32,7 +32,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 double median(std::vector<double> v);
 
 // Speculative decoding beside plain decoding in the same run, from the same prefilled session:
-// greedy, off and the mode alternated twice (medians), each generating the same tokens (the
+// greedy, off and the mode alternated three times (medians), each generating the same tokens (the
 // run fails if they differ). Oracle drafts are the plain run's tokens, so every draft is right:
 // the machinery's ceiling.
 nlohmann::ordered_json spec_report(const BenchModelOptions& o, Engine& engine, const std::vector<int32_t>& prompt,
@@ -58,7 +58,7 @@ nlohmann::ordered_json spec_report(const BenchModelOptions& o, Engine& engine, c
   const std::vector<int32_t> plain = run(SpecMode::kOff, {}).tokens;  // also warms the caches
   std::vector<double> off_rate, spec_rate, off_bytes, spec_bytes;
   GenerationStats last;
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < 3; ++rep) {
     const GenerationResult off = run(SpecMode::kOff, {});
     const GenerationResult sp = run(mode, plain);
     if (sp.tokens != off.tokens || off.tokens != plain)

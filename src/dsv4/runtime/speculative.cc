@@ -58,12 +58,18 @@ DraftController::DraftController(int draft_max, bool may_stop_drafting)
 int DraftController::draft_length(int available) {
   available = std::min(available, draft_max_);
   if (available <= 0) return 0;
-  // Pass times not measured yet: a pass of n rows is assumed to cost 1 + 0.1 (n - 1) of one
-  // row (decode is bound by reading the weights, which the rows share).
-  const double one = pass_time_[0] > 0 ? pass_time_[0] : 1.0;
+  // A pass time not measured yet is extrapolated from the nearest measured one, assuming a
+  // pass of n rows costs 1 + 0.1 (n - 1) of one row (decode is bound by reading the weights,
+  // which the rows share); the measurements correct it after the first try.
+  auto model = [](int rows) { return 1.0 + 0.1 * (rows - 1); };
   auto time_of = [&](int rows) {
     const double t = pass_time_[static_cast<size_t>(rows - 1)];
-    return t > 0 ? t : one * (1.0 + 0.1 * (rows - 1));
+    if (t > 0) return t;
+    for (int d = 1; d <= draft_max_; ++d)
+      for (const int r : {rows - d, rows + d})
+        if (r >= 1 && r <= draft_max_ + 1 && pass_time_[static_cast<size_t>(r - 1)] > 0)
+          return pass_time_[static_cast<size_t>(r - 1)] * model(rows) / model(r);
+    return model(rows);
   };
   int best = 0;
   double best_rate = 1.0 / time_of(1), expected = 1.0, run = 1.0;
