@@ -21,8 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool chat = path == "/v1/chat/completions";
   // Any other path still sends its body through a parser: the two endpoints take turns.
   const bool use_chat = chat || (path != "/v1/completions" && !r.body.empty() && r.body.size() % 2 == 0);
-  RequestDefaults defaults;
-  defaults.vocab_size = 1000;
+  // Every field given: the defaults' initializers read the settings table, which this
+  // parsers-only build does not link.
+  const RequestDefaults defaults{.sampling = {}, .seed = std::nullopt, .max_tokens = 512, .stop = {},
+                                 .vocab_size = 1000, .spec = dsv4::SpecMode::kAuto, .draft_max = 4};
   RequestLimits limits;
   limits.max_json_values = 4096;
   try {
