@@ -13,6 +13,12 @@ void header(std::string& out, const char* name, const char* type, const char* he
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
+// A metric with one unlabelled sample: its header, then its value.
+void sample(std::string& out, const char* name, const char* type, const char* help, uint64_t value) {
+  header(out, name, type, help);
+  out += fmt::format("{} {}\n", name, value);
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
@@ -99,51 +105,35 @@ std::string Metrics::render(const SchedulerGauges& g) const {
     out += fmt::format("dsv4_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
   header(out, "dsv4_generations_total", "counter", "Finished generations by finish reason.");
   for (const auto& [reason, n] : finishes_) out += fmt::format("dsv4_generations_total{{reason=\"{}\"}} {}\n", reason, n);
-  header(out, "dsv4_rejected_requests_total", "counter", "Requests refused with 429 because the queue was full.");
-  out += fmt::format("dsv4_rejected_requests_total {}\n", rejected_);
-  header(out, "dsv4_connections_open", "gauge", "Open client connections.");
-  out += fmt::format("dsv4_connections_open {}\n", open_connections_);
-  header(out, "dsv4_connections_refused_total", "counter",
-         "Connections closed at once because the server already had its maximum of open connections.");
-  out += fmt::format("dsv4_connections_refused_total {}\n", refused_connections_);
-  header(out, "dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
-  out += fmt::format("dsv4_prompt_tokens_total {}\n", prompt_tokens_);
-  header(out, "dsv4_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the prefix cache instead of prefilled.");
-  out += fmt::format("dsv4_prompt_tokens_reused_total {}\n", reused_tokens_);
-  header(out, "dsv4_generated_tokens_total", "counter", "Generated tokens.");
-  out += fmt::format("dsv4_generated_tokens_total {}\n", generated_tokens_);
-  header(out, "dsv4_decode_passes_total", "counter", "Forward passes of decoding (each verifies its drafts).");
-  out += fmt::format("dsv4_decode_passes_total {}\n", decode_passes_);
-  header(out, "dsv4_drafted_tokens_total", "counter", "Tokens drafted by speculative decoding.");
-  out += fmt::format("dsv4_drafted_tokens_total {}\n", drafted_tokens_);
-  header(out, "dsv4_accepted_tokens_total", "counter", "Drafted tokens that were right (kept).");
-  out += fmt::format("dsv4_accepted_tokens_total {}\n", accepted_tokens_);
+  sample(out, "dsv4_rejected_requests_total", "counter", "Requests refused with 429 because the queue was full.", rejected_);
+  sample(out, "dsv4_connections_open", "gauge", "Open client connections.", open_connections_);
+  sample(out, "dsv4_connections_refused_total", "counter",
+         "Connections closed at once because the server already had its maximum of open connections.", refused_connections_);
+  sample(out, "dsv4_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", prompt_tokens_);
+  sample(out, "dsv4_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the prefix cache instead of prefilled.", reused_tokens_);
+  sample(out, "dsv4_generated_tokens_total", "counter", "Generated tokens.", generated_tokens_);
+  sample(out, "dsv4_decode_passes_total", "counter", "Forward passes of decoding (each verifies its drafts).", decode_passes_);
+  sample(out, "dsv4_drafted_tokens_total", "counter", "Tokens drafted by speculative decoding.", drafted_tokens_);
+  sample(out, "dsv4_accepted_tokens_total", "counter", "Drafted tokens that were right (kept).", accepted_tokens_);
   header(out, "dsv4_time_to_first_token_seconds", "histogram", "From request arrival to the first generated token.");
   out += ttft_.render("dsv4_time_to_first_token_seconds");
   header(out, "dsv4_decode_tokens_per_second", "histogram", "Decode rate of each generation (after the first token).");
   out += decode_rate_.render("dsv4_decode_tokens_per_second");
   header(out, "dsv4_queue_wait_seconds", "histogram", "Time requests waited for the engine.");
   out += queue_wait_.render("dsv4_queue_wait_seconds");
-  header(out, "dsv4_expert_requests_total", "counter", "Routed-expert lookups.");
-  out += fmt::format("dsv4_expert_requests_total {}\n", experts_.requests);
-  header(out, "dsv4_expert_hits_total", "counter", "Routed-expert lookups served from memory.");
-  out += fmt::format("dsv4_expert_hits_total {}\n", experts_.hits);
+  sample(out, "dsv4_expert_requests_total", "counter", "Routed-expert lookups.", experts_.requests);
+  sample(out, "dsv4_expert_hits_total", "counter", "Routed-expert lookups served from memory.", experts_.hits);
   header(out, "dsv4_expert_hit_rate", "gauge", "Routed-expert hits / lookups since start.");
   out += fmt::format("dsv4_expert_hit_rate {}\n",
                      number(experts_.requests ? double(experts_.hits) / double(experts_.requests) : 0.0));
-  header(out, "dsv4_expert_bytes_read_total", "counter", "Bytes of expert weights read from storage.");
-  out += fmt::format("dsv4_expert_bytes_read_total {}\n", experts_.bytes_read);
-  header(out, "dsv4_queue_depth", "gauge", "Requests waiting for the engine.");
-  out += fmt::format("dsv4_queue_depth {}\n", g.queue_depth);
-  header(out, "dsv4_generation_running", "gauge", "1 while the engine is generating.");
-  out += fmt::format("dsv4_generation_running {}\n", g.running ? 1 : 0);
+  sample(out, "dsv4_expert_bytes_read_total", "counter", "Bytes of expert weights read from storage.", experts_.bytes_read);
+  sample(out, "dsv4_queue_depth", "gauge", "Requests waiting for the engine.", g.queue_depth);
+  sample(out, "dsv4_generation_running", "gauge", "1 while the engine is generating.", g.running ? 1u : 0u);
   header(out, "dsv4_prefix_cache_lookups_total", "counter", "Prefix cache lookups by result.");
   out += fmt::format("dsv4_prefix_cache_lookups_total{{result=\"hit\"}} {}\n", cache_hits_);
   out += fmt::format("dsv4_prefix_cache_lookups_total{{result=\"miss\"}} {}\n", cache_misses_);
-  header(out, "dsv4_prefix_cache_entries", "gauge", "Session snapshots in the prefix cache.");
-  out += fmt::format("dsv4_prefix_cache_entries {}\n", g.cache_entries);
-  header(out, "dsv4_prefix_cache_bytes", "gauge", "Memory held by the prefix cache.");
-  out += fmt::format("dsv4_prefix_cache_bytes {}\n", g.cache_bytes);
+  sample(out, "dsv4_prefix_cache_entries", "gauge", "Session snapshots in the prefix cache.", g.cache_entries);
+  sample(out, "dsv4_prefix_cache_bytes", "gauge", "Memory held by the prefix cache.", g.cache_bytes);
   return out;
 }
 
