@@ -538,10 +538,7 @@ TEST(ExpertStoreMemory, PeakRssWithinBudget) {
   if (kAsan) GTEST_SKIP() << "ASan's shadow memory and quarantine are not part of any budget";
   test::TempDir tmp;
   const std::string dir = tmp / "synth";
-  auto synth = test::run_dsv4("synth --quiet --out " + dir +
-                              " --layers 2 --experts 64 --hidden 1024 --moe-inter 2048 --heads 4 --head-dim 128"
-                              " --rope-dim 32 --q-lora 256 --o-groups 2 --o-lora 128 --index-heads 4"
-                              " --index-head-dim 64 --index-topk 32 --vocab 2048");
+  auto synth = test::synth_budget_checkpoint(dir, 2048);
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
   uint64_t total = 0;
   for (const auto& f : std::filesystem::directory_iterator(dir)) total += f.file_size();

@@ -76,10 +76,7 @@ TEST(PrefixCacheBudget, ServerPeakRssWithinThePlannedPeak) {
   test::TempDir tmp;
   const std::string dir = tmp / "synth";
   // ~400 MB of experts, a 512-token vocabulary so the tiny-a tokenizer fits.
-  auto synth = test::run_dsv4("synth --quiet --out " + dir +
-                              " --layers 2 --experts 64 --hidden 1024 --moe-inter 2048 --heads 4 --head-dim 128"
-                              " --rope-dim 32 --q-lora 256 --o-groups 2 --o-lora 128 --index-heads 4"
-                              " --index-head-dim 64 --index-topk 32 --vocab 512");
+  auto synth = test::synth_budget_checkpoint(dir, 512);
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     std::filesystem::copy_file(test::fixture("tiny-a") + "/" + f, dir + "/" + f);

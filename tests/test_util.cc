@@ -47,6 +47,13 @@ void expect_same_session(const SessionState& a, const SessionState& b) {
   }
 }
 
+CommandResult synth_budget_checkpoint(const std::string& dir, int vocab) {
+  return run_dsv4("synth --quiet --out " + dir +
+                  " --layers 2 --experts 64 --hidden 1024 --moe-inter 2048 --heads 4 --head-dim 128"
+                  " --rope-dim 32 --q-lora 256 --o-groups 2 --o-lora 128 --index-heads 4"
+                  " --index-head-dim 64 --index-topk 32 --vocab " + std::to_string(vocab));
+}
+
 std::string fixture(const std::string& name) { return "../shared/fixtures/" + name; }
 
 TempDir::TempDir() {

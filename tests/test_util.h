@@ -58,6 +58,10 @@ struct CommandResult {
 // Runs the dsv4 binary with a shell-quoted argument string; stdin from `input`.
 CommandResult run_dsv4(const std::string& args, const std::string& input = "", int timeout_s = 120);
 
+// Writes a 2-layer synthetic checkpoint of ~400 MB (64 experts per layer, small attention) with
+// a `vocab`-token vocabulary to `dir`: big enough that a 200 MiB budget must stream experts.
+CommandResult synth_budget_checkpoint(const std::string& dir, int vocab);
+
 void write_file(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
 void copy_dir(const std::string& from, const std::string& to);
