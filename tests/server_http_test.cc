@@ -161,6 +161,20 @@ TEST(HttpAdmission, FullQueueAndBadKeyAreAnsweredBeforeTheBody) {
   blocker.close();
 }
 
+TEST(HttpAdmission, ABodyOverTheLimitGetsIts413WhileTheClientIsStillSendingIt) {
+  // The 413 is decided from the head; the server must read what the client keeps sending
+  // before it closes, or the client's write meets a reset and it never sees the answer.
+  TestServer s;  // max_body_bytes = 1 MiB
+  const std::string body = "{\"model\":\"" + std::string(3 << 20, 'a') + "\"}";
+  for (int i = 0; i < 8; ++i) {
+    httplib::Client cli = s.client();
+    httplib::Result res = cli.Post("/v1/chat/completions", body, "application/json");
+    ASSERT_TRUE(res) << "try " << i << ": no response (" << httplib::to_string(res.error()) << ")";
+    EXPECT_EQ(res->status, 413) << res->body;
+  }
+  EXPECT_EQ(get(s, "/health").status, 200);
+}
+
 TEST(HttpAdmission, UnknownFieldsAreSkippedNotBuilt) {
   // Far more JSON values than the bound allows, all in a field the API does not read.
   std::string junk = "[";

@@ -260,7 +260,7 @@ struct Server::Impl {
                                 const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
                                 ResponseFormat& format, Exchange& ex);
   awaitable<bool> write_reply(beast::tcp_stream& stream, int version, Reply reply, bool keep_alive, Exchange& ex);
-  awaitable<void> linger_close(beast::tcp_stream& stream);
+  awaitable<void> linger_close(beast::tcp_stream& stream, uint64_t announced_body_bytes = 0);
   awaitable<BodyLease> acquire_body_bytes(size_t bytes);
   void release_body_bytes(size_t bytes);
   void watch_peer(beast::tcp_stream& stream, const std::shared_ptr<Waiter>& waiter);
@@ -578,13 +578,19 @@ awaitable<void> Server::Impl::serve(tcp::socket socket) {
   --open_connections;
 }
 
-awaitable<void> Server::Impl::linger_close(beast::tcp_stream& stream) {
+// Reads and drops what the client still sends before closing: closing with unread bytes makes
+// the kernel send a reset, and a client still writing its body then loses the answer (a
+// too-large body gets no 413, only a broken pipe). A body the head announced is drained in
+// full up to 4 x max_body_bytes; the deadline bounds a client that trickles.
+awaitable<void> Server::Impl::linger_close(beast::tcp_stream& stream, uint64_t announced_body_bytes) {
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream.expires_after(kLingerTime);
   std::vector<char> sink(16 << 10);
-  size_t dropped = 0;
-  while (!ec && dropped <= options.max_body_bytes)
+  const uint64_t limit = std::max<uint64_t>(options.max_body_bytes,
+                                            std::min<uint64_t>(announced_body_bytes, 4 * uint64_t{options.max_body_bytes}));
+  uint64_t dropped = 0;
+  while (!ec && dropped <= limit)
     dropped += co_await stream.async_read_some(net::buffer(sink), net::redirect_error(use_awaitable, ec));
 }
 
@@ -653,7 +659,7 @@ awaitable<bool> Server::Impl::serve_one(beast::tcp_stream& stream, beast::flat_b
   auto early_reply = [&](Reply r) -> awaitable<bool> {
     const bool body_unread = framing.has_body();
     const bool again = co_await write_reply(stream, head.version, std::move(r), keep_alive && !body_unread, ex);
-    if (body_unread) co_await linger_close(stream);
+    if (body_unread) co_await linger_close(stream, framing.content_length);
     co_return again && !body_unread;
   };
 
@@ -695,7 +701,7 @@ awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast:
     Reply r = error_reply(e, error_body(e));
     r.headers = std::move(headers);
     co_await write_reply(stream, head.version, std::move(r), false, ex);
-    if (framing.has_body()) co_await linger_close(stream);
+    if (framing.has_body()) co_await linger_close(stream, framing.content_length);
     co_return false;
   };
 
