@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,20 @@ void expect_same_session(const SessionState& a, const SessionState& b) {
     EXPECT_EQ(a.layers[i].window_kv, b.layers[i].window_kv) << where;
     expect_same_compressor(a.layers[i].compressor, b.layers[i].compressor, where + " compressor");
     expect_same_compressor(a.layers[i].indexer, b.layers[i].indexer, where + " indexer");
+  }
+  // The MTP stream ring: rows of positions the session holds (rows a rewind took back are
+  // stale until those positions are fed again, and never read before).
+  EXPECT_EQ(a.mtp.position, b.mtp.position);
+  ASSERT_EQ(a.mtp.stream_position.size(), b.mtp.stream_position.size());
+  const size_t row = a.mtp.stream_position.empty() ? 0 : a.mtp.streams.size() / a.mtp.stream_position.size();
+  for (size_t r = 0; r < a.mtp.stream_position.size(); ++r) {
+    const bool held_a = a.mtp.stream_position[r] >= 0 && a.mtp.stream_position[r] < a.position;
+    const bool held_b = b.mtp.stream_position[r] >= 0 && b.mtp.stream_position[r] < b.position;
+    ASSERT_EQ(held_a, held_b) << "mtp stream row " << r;
+    if (!held_a) continue;
+    EXPECT_EQ(a.mtp.stream_position[r], b.mtp.stream_position[r]) << "mtp stream row " << r;
+    EXPECT_TRUE(std::equal(a.mtp.streams.begin() + r * row, a.mtp.streams.begin() + (r + 1) * row,
+                           b.mtp.streams.begin() + r * row)) << "mtp stream row " << r;
   }
 }
 

@@ -5,7 +5,8 @@
 
 Tokenizes held-out text with the engine (`dsv4 tokenize`), runs `dsv4 score --numerics
 reference` and the independent torch model (model.py, loaded by checkpoint.py from the same
-files), and compares every logit. Exits 1 when max |Δlogit| exceeds the tolerance. Also checks
+files), and compares every logit, of the main head and of the MTP layer
+(`--mtp-logits-out`). Exits 1 when max |Δlogit| exceeds the tolerance. Also checks
 the torch model against the Hugging Face references of ../shared/fixtures (--fixtures DIR).
 """
 import argparse
@@ -23,14 +24,17 @@ import checkpoint  # noqa: E402
 import hubformat  # noqa: E402
 
 
-def engine_logits(dsv4, model_dir, ids, vocab, threads):
+def engine_logits(dsv4, model_dir, ids, vocab, threads, chunk):
+    """(main logits [n, V], MTP logits [n-1, V]) from `dsv4 score --mtp-logits-out`."""
     with tempfile.TemporaryDirectory() as tmp:
-        tf, lf = os.path.join(tmp, "tokens.txt"), os.path.join(tmp, "logits.f32")
+        tf, lf, mf = (os.path.join(tmp, n) for n in ("tokens.txt", "logits.f32", "mtp.f32"))
         with open(tf, "w") as f:
             f.write(",".join(map(str, ids)))
         subprocess.run([dsv4, "score", "-m", model_dir, "--numerics", "reference", "--threads", str(threads),
-                        "--tokens-file", tf, "--logits-out", lf], check=True, capture_output=True)
-        return np.fromfile(lf, dtype="<f4").reshape(len(ids), vocab)
+                        "--chunk", str(chunk), "--tokens-file", tf, "--logits-out", lf, "--mtp-logits-out", mf],
+                       check=True, capture_output=True)
+        return (np.fromfile(lf, dtype="<f4").reshape(len(ids), vocab),
+                np.fromfile(mf, dtype="<f4").reshape(len(ids) - 1, vocab))
 
 
 def tokenize(dsv4, tokenizer, text):
@@ -87,14 +91,22 @@ def check_model(a):
         seq = [cfg.bos] + ids[i * a.tokens:(i + 1) * a.tokens - 1]
         if len(seq) < 2:
             break
-        want = engine_logits(a.dsv4, a.model, seq, cfg.vocab, a.threads)
+        # Odd chunks: the engine's passes (and its MTP passes) split the sequence differently.
+        want, want_mtp = engine_logits(a.dsv4, a.model, seq, cfg.vocab, a.threads, chunk=97 if i % 2 else 0)
+        x = torch.tensor([seq])
         with torch.no_grad():
-            got = model(torch.tensor([seq]))[0].numpy()
+            streams = model.trunk(x)
+            got = model.logits_from_streams(streams)[0].numpy()
+            got_mtp = model.mtp_logits(streams, x)[0].numpy()
         diff = float(np.abs(got - want).max())
         agree = float((got.argmax(-1) == want.argmax(-1)).mean())
         print(f"{a.model} sequence {i} ({len(seq)} tokens): max |Δlogit| torch vs dsv4 score {diff:.2e}, "
               f"argmax agreement {agree:.3f}")
-        worst = max(worst, diff)
+        diff_mtp = float(np.abs(got_mtp - want_mtp).max())
+        agree_mtp = float((got_mtp.argmax(-1) == want_mtp.argmax(-1)).mean())
+        print(f"{a.model} sequence {i}: MTP (mtp.0) max |Δlogit| torch vs dsv4 score --mtp-logits-out "
+              f"{diff_mtp:.2e}, argmax agreement {agree_mtp:.3f}")
+        worst = max(worst, diff, diff_mtp)
     return worst
 
 

@@ -44,6 +44,7 @@ struct ScoreOptions {
   ModelOptions model;
   std::string tokens_file;
   std::string logits_out;
+  std::string mtp_logits_out;  // empty: none
 };
 int score(const ScoreOptions& o);
 

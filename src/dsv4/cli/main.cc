@@ -181,6 +181,7 @@ void register_score(CLI::App& app, Bindings& b, Commands& c) {
   add_model_options(b, cmd, c.score.model, true);
   b.add(cmd, "tokens_file", c.score.tokens_file)->required();
   b.add(cmd, "logits_out", c.score.logits_out)->required();
+  b.add(cmd, "mtp_logits_out", c.score.mtp_logits_out);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::score(c.score); }});
 }
 

@@ -17,6 +17,18 @@ void print_expert_stats(Engine& engine, const ModelOptions& m) {
   std::fprintf(stderr, "%s\n", expert_stats_line(engine.experts().stats(), peak_rss_bytes()).c_str());
 }
 
+// Writes to a temporary name first so a failed run never leaves a truncated file behind.
+void write_floats(const std::string& path, const std::vector<float>& v) {
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) fail("{}: cannot open for writing", path);
+    f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+    if (!f) fail("{}: write failed", path);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("{}: cannot rename from {}", path, tmp);
+}
+
 }  // namespace
 
 int score(const ScoreOptions& o) {
@@ -25,21 +37,23 @@ int score(const ScoreOptions& o) {
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(tokens.size());
   workload.chunk_tokens = resolve_chunk(o.model.chunk, workload.context_tokens);
-  workload.logit_rows = workload.context_tokens;
-  auto engine = open_engine(o.model, workload).engine;
+  const bool with_mtp = !o.mtp_logits_out.empty();
+  workload.logit_rows = workload.context_tokens * (with_mtp ? 2 : 1);
+  LoadOptions lo = load_options(o.model, workload);
+  lo.mtp = with_mtp ? MtpLoad::kYes : MtpLoad::kNo;
+  auto engine = load_engine(resolve_model_dir(o.model), lo).engine;
   const int64_t V = engine->config().vocab_size;
+  if (with_mtp && !engine->has_mtp()) fail("--mtp-logits-out: {} has no MTP layer", resolve_model_dir(o.model));
+  if (with_mtp && tokens.size() < 2) fail("--mtp-logits-out: {} needs at least 2 token ids", o.tokens_file);
   std::vector<float> logits(tokens.size() * static_cast<size_t>(V));
   SessionState s = engine->new_session();
   engine->forward(s, tokens, logits.data(), LogitRows::kAll);
-  // Write to a temporary name first so a failed run never leaves a truncated file behind.
-  const std::string tmp = o.logits_out + ".partial";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) fail("{}: cannot open for writing", o.logits_out);
-    f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
-    if (!f) fail("{}: write failed", o.logits_out);
+  write_floats(o.logits_out, logits);
+  if (with_mtp) {
+    logits.resize((tokens.size() - 1) * static_cast<size_t>(V));
+    engine->mtp_score(tokens, logits.data());
+    write_floats(o.mtp_logits_out, logits);
   }
-  if (std::rename(tmp.c_str(), o.logits_out.c_str()) != 0) fail("{}: cannot rename from {}", o.logits_out, tmp);
   print_expert_stats(*engine, o.model);
   return 0;
 }

@@ -82,6 +82,9 @@ ExpertWeights expert_views(const Checkpoint& ck, const uint8_t* base, const uint
 ExpertWeights expert_views(const ModelConfig& c, const uint8_t* base, const uint64_t offsets[6]);
 
 // Reads every routed expert into RAM at start-up. Simple and fast when the model fits.
+// The main layers' experts; the MTP layer's are only read when something runs it.
 std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck);
+// The experts of layers [first_layer, first_layer + n_layers) (the MTP drafter's).
+std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, int first_layer, int n_layers);
 
 }  // namespace dsv4

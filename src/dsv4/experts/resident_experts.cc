@@ -66,13 +66,12 @@ namespace {
 
 class ResidentExperts final : public ExpertProvider {
  public:
-  explicit ResidentExperts(const Checkpoint& ck) {
+  ResidentExperts(const Checkpoint& ck, int first_layer, int n_layers) : first_layer_(first_layer) {
     const ModelConfig& c = ck.config();
     n_experts_ = c.n_routed_experts;
-    const int n_layers = c.num_layers;  // the MTP layer's experts only when something runs it
     experts_.resize(static_cast<size_t>(n_layers) * n_experts_);
     BulkReader reader;
-    for (int l = 0; l < n_layers; ++l) {
+    for (int l = first_layer; l < first_layer + n_layers; ++l) {
       for (int e = 0; e < n_experts_; ++e) {
         ExpertLocation loc = locate_expert(ck, l, e);
         uint64_t offsets[6], total = 0;
@@ -105,8 +104,9 @@ class ResidentExperts final : public ExpertProvider {
     AlignedBuffer buffer;
     ExpertWeights weights;
   };
-  size_t index(int layer, int expert) const { return static_cast<size_t>(layer) * n_experts_ + expert; }
+  size_t index(int layer, int expert) const { return static_cast<size_t>(layer - first_layer_) * n_experts_ + expert; }
 
+  int first_layer_ = 0;
   int n_experts_ = 0;
   std::vector<Slot> experts_;
   uint64_t bytes_ = 0;
@@ -116,7 +116,11 @@ class ResidentExperts final : public ExpertProvider {
 }  // namespace
 
 std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck) {
-  return std::make_unique<ResidentExperts>(ck);
+  return std::make_unique<ResidentExperts>(ck, 0, ck.config().num_layers);
+}
+
+std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, int first_layer, int n_layers) {
+  return std::make_unique<ResidentExperts>(ck, first_layer, n_layers);
 }
 
 }  // namespace dsv4

@@ -25,16 +25,19 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
                std::unique_ptr<ExpertProvider> experts)
     : checkpoint_(std::move(checkpoint)),
       options_(options),
-      weights_(ModelWeights::load(*checkpoint_)),
+      weights_(ModelWeights::load(*checkpoint_, options.mtp && checkpoint_->has_mtp())),
       experts_(std::move(experts)),
+      mtp_experts_(options.mtp && checkpoint_->has_mtp()
+                       ? make_resident_experts(*checkpoint_, config().num_layers, config().num_mtp_layers)
+                       : nullptr),
       ropes_{Rope(config().rope_dim, config().rope_theta, YarnConfig{}),
              Rope(config().rope_dim, config().compress_rope_theta, config().yarn)},
       pool_(pool_size(options)),
       workspace_(config(), std::max<int64_t>(1, options.max_rows),
                  std::min<int64_t>(std::max<int64_t>(1, options.context), config().max_position_embeddings),
-                 pool_size(options)) {}
+                 pool_size(options), options.mtp && checkpoint_->has_mtp()) {}
 
-SessionState Engine::new_session() const { return SessionState::create(config(), workspace_.context); }
+SessionState Engine::new_session() const { return SessionState::create(config(), workspace_.context, has_mtp()); }
 
 void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows,
                      int64_t chunk, UndoLog* undo) {
@@ -65,28 +68,37 @@ void Engine::forward_pass(SessionState& s, std::span<const int32_t> tokens, floa
   const ModelConfig& c = config();
   const Pass p{c, options_.numerics, pool_, workspace_, ropes_, static_cast<int64_t>(tokens.size()), s.position, undo};
   embed(p, tokens);
-  for (int l = 0; l < c.num_layers; ++l) layer(p, weights_.layers[l], tokens, s.layers[l]);
+  for (int l = 0; l < c.num_layers; ++l) layer(p, weights_.layers[l], tokens, s.layers[l], *experts_);
+  if (has_mtp()) keep_streams(p, s);
   s.position += p.T;
   s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
   if (logits) head(p, rows, logits);
 }
 
 // The embedding of each token, replicated into the hc streams: ws.X [T, hc, D]; and the
-// rope angles of the pass's positions for both rope variants.
+// rope angles of the pass's positions.
 void Engine::embed(const Pass& p, std::span<const int32_t> tokens) {
   const int64_t D = p.c.hidden_size;
-  const int hc = p.c.hc_mult, half = p.c.rope_dim / 2;
+  const int hc = p.c.hc_mult;
   for (int64_t t = 0; t < p.T; ++t) {
     float* Xt = workspace_.X.data() + t * hc * D;
     weights_.embed.row(tokens[t], Xt, workspace_.embed_raw.data());
     for (int j = 1; j < hc; ++j) std::copy_n(Xt, D, Xt + j * D);
+  }
+  rope_angles(p);
+}
+
+// The rope angles of the pass's positions for both rope variants.
+void Engine::rope_angles(const Pass& p) {
+  const int half = p.c.rope_dim / 2;
+  for (int64_t t = 0; t < p.T; ++t)
     for (int v = 0; v < 2; ++v)
       ropes_[v].angles(p.pos0 + t, workspace_.rope_cos[v].data() + t * half, workspace_.rope_sin[v].data() + t * half);
-  }
 }
 
 // One layer (spec §3): the streams X go through mHC around attention, then around the MoE.
-void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state) {
+void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state,
+                   ExpertProvider& experts) {
   ForwardWorkspace& ws = workspace_;
   const int l = L.spec.index;
   const int64_t D = p.c.hidden_size;
@@ -94,7 +106,7 @@ void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t
   float *X = ws.X.data(), *x = ws.x.data(), *y = ws.y.data();
   const HcMix mix = workspace_mix(ws);
 
-  guess_experts(p, l, tokens);
+  if (!L.spec.is_mtp) guess_experts(p, l, tokens);
   hc_pre(p, L.hc_attn, X, mix, x);
   ops::rms_norm_rows(x, L.attn_norm.data(), p.T, D, eps, x);
   attention(p, L, x, state, y);
@@ -103,7 +115,7 @@ void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t
   if (l + 1 < p.c.num_layers) guess_experts(p, l + 1, tokens);
   hc_pre(p, L.hc_ffn, X, mix, x);
   ops::rms_norm_rows(x, L.ffn_norm.data(), p.T, D, eps, x);
-  moe(p, L, x, tokens, *experts_, y);
+  moe(p, L, x, tokens, experts, y);
   hc_post(p, mix, y, X);
 }
 
@@ -121,12 +133,17 @@ void Engine::guess_experts(const Pass& p, int l, std::span<const int32_t> tokens
 
 // Output: only the rows that were asked for. logits [rows, V].
 void Engine::head(const Pass& p, LogitRows rows, float* logits) {
-  const int64_t D = p.c.hidden_size, hc = p.c.hc_mult;
-  const int64_t first = rows == LogitRows::kAll ? 0 : p.T - 1, n = p.T - first;
+  const int64_t first = rows == LogitRows::kAll ? 0 : p.T - 1;
+  head_rows(p, weights_.hc_head_fn, weights_.hc_head_base, weights_.hc_head_scale, weights_.norm,
+            workspace_.X.data() + first * p.c.hc_mult * p.c.hidden_size, p.T - first, logits);
+}
+
+void Engine::head_rows(const Pass& p, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,
+                       const std::vector<float>& norm, const float* X, int64_t n, float* logits) {
+  const int64_t D = p.c.hidden_size;
   float* h = workspace_.x.data();  // [n, D]
-  hc_head(p, weights_.hc_head_fn, weights_.hc_head_base, weights_.hc_head_scale, workspace_.X.data() + first * hc * D, n,
-          h);
-  ops::rms_norm_rows(h, weights_.norm.data(), n, D, static_cast<float>(p.c.rms_norm_eps), h);
+  hc_head(p, fn, base, scale, X, n, h);
+  ops::rms_norm_rows(h, norm.data(), n, D, static_cast<float>(p.c.rms_norm_eps), h);
   kernels::matmul(weights_.head, h, n, logits, kernels::Numerics::kReference, &pool_);
 }
 

@@ -37,6 +37,9 @@ struct EngineOptions {
   // may reach. Longer inputs are fed in passes of max_rows; a longer session is refused.
   int64_t max_rows = 512;
   int64_t context = 4096;
+  // Load the MTP layer (mtp.0, spec §4.1) with its routed experts resident, and keep what
+  // its drafts need in every session (mtp_draft). Ignored when the checkpoint has none.
+  bool mtp = false;
 };
 
 // Which logits a forward call returns.
@@ -69,14 +72,46 @@ class Engine {
   void forward(SessionState& session, std::span<const int32_t> tokens, float* logits, LogitRows rows,
                int64_t chunk = 0, UndoLog* undo = nullptr);
 
+  // The MTP drafter (mtp.cc). Whether it is loaded (EngineOptions::mtp and a checkpoint with
+  // an MTP layer).
+  bool has_mtp() const { return mtp_experts_ != nullptr; }
+  const ExpertProvider* mtp_experts() const { return mtp_experts_.get(); }
+  // Up to k guesses of the tokens after `next`, the token the session will be fed next:
+  // out[0] is the MTP layer's greedy prediction from the main model's streams at the last
+  // position fed and the embedding of `next`; out[i] feeds the MTP's own output streams and
+  // out[i-1] back in. First brings the MTP layer's window up to the session (every position
+  // fed since the last call, at most a window's worth). Never changes what forward()
+  // computes; the chained positions are taken back from the MTP window before returning.
+  // Returns the number of drafts written (k; 0 without MTP).
+  int mtp_draft(SessionState& session, int32_t next, int k, int32_t* out);
+  // The MTP layer's logits along a sequence, in a fresh session: row i predicts tokens[i+2]
+  // from the main model's streams at position i and tokens[i+1]. logits [tokens.size()-1, V].
+  void mtp_score(std::span<const int32_t> tokens, float* logits);
+
  private:
   Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions& options,
          std::unique_ptr<ExpertProvider> experts);
   // One pass of T <= max_rows tokens: embed -> layers -> (logits) hc_head -> norm -> head.
   void forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows, UndoLog* undo);
   void embed(const Pass& p, std::span<const int32_t> tokens);
-  void layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state);
+  void rope_angles(const Pass& p);
+  void layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state,
+             ExpertProvider& experts);
   void head(const Pass& p, LogitRows rows, float* logits);
+  // The output head over streams X's rows: hc_head (fn, base, scale) -> norm -> head.
+  void head_rows(const Pass& p, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,
+                 const std::vector<float>& norm, const float* X, int64_t n, float* logits);
+  // MTP (mtp.cc): the main model's streams of the pass's rows into the session's ring.
+  void keep_streams(const Pass& p, SessionState& s);
+  // The MTP layer over positions [from, end) of the session (at most max_rows), each with
+  // the token after it (`after_last` for position s.position - 1); logits of the last row
+  // (kLast) or of every row (kAll).
+  void mtp_pass(SessionState& s, int64_t from, int64_t end, int32_t after_last, float* logits, LogitRows rows);
+  // The MTP layer brought up to position `end` (every position before it whose streams the
+  // ring holds, at most a window); logits as mtp_pass. Always recomputes end - 1.
+  void mtp_catch_up(SessionState& s, int64_t end, int32_t after_last, float* logits, LogitRows rows);
+  // One chained draft row at `position`: streams ws.mtp_chain, next token `token`.
+  void mtp_chain(SessionState& s, int64_t position, int32_t token, float* logits);
   // Hands the provider a guess of layer l's routed experts (never changes results).
   void guess_experts(const Pass& p, int l, std::span<const int32_t> tokens);
 
@@ -84,6 +119,7 @@ class Engine {
   EngineOptions options_;
   ModelWeights weights_;
   std::unique_ptr<ExpertProvider> experts_;
+  std::unique_ptr<ExpertProvider> mtp_experts_;  // the MTP layer's routed experts, resident (null: no MTP)
   Rope ropes_[2];  // sliding-only layers, compressed layers
   ThreadPool pool_;
   ForwardWorkspace workspace_;

@@ -32,8 +32,12 @@ CompressorState compressor_state(int m, int dim, bool overlap, int64_t context) 
 
 }  // namespace
 
-SessionState SessionState::create(const ModelConfig& c, int64_t context) {
+SessionState SessionState::create(const ModelConfig& c, int64_t context, bool mtp) {
   SessionState s;
+  if (mtp) {
+    s.mtp.streams.assign(static_cast<size_t>(c.sliding_window) * c.hc_mult * c.hidden_size, 0.0f);
+    s.mtp.stream_position.assign(static_cast<size_t>(c.sliding_window), -1);
+  }
   s.tokens.reserve(static_cast<size_t>(context));
   s.layers.resize(c.layers.size());
   for (size_t i = 0; i < c.layers.size(); ++i) {
@@ -49,15 +53,17 @@ SessionState SessionState::create(const ModelConfig& c, int64_t context) {
 }
 
 uint64_t SessionState::bytes() const {
-  uint64_t total = capacity_bytes(tokens) + capacity_bytes(layers);
+  uint64_t total = capacity_bytes(tokens) + capacity_bytes(layers) + capacity_bytes(mtp.streams) +
+                   capacity_bytes(mtp.stream_position);
   for (const LayerState& l : layers)
     total += capacity_bytes(l.window_kv) + compressor_bytes(l.compressor) + compressor_bytes(l.indexer);
   return total;
 }
 
-uint64_t SessionState::bytes_at(const ModelConfig& c, int64_t context) {
+uint64_t SessionState::bytes_at(const ModelConfig& c, int64_t context, bool mtp) {
   // The same shapes create() allocates, with every reserved entry filled.
   uint64_t total = static_cast<uint64_t>(context) * sizeof(int32_t) + c.layers.size() * sizeof(LayerState);
+  if (mtp) total += uint64_t(c.sliding_window) * (uint64_t(c.hc_mult) * c.hidden_size * sizeof(float) + sizeof(int64_t));
   for (const LayerSpec& spec : c.layers) {
     total += uint64_t(c.sliding_window) * c.head_dim * sizeof(float);
     if (spec.compress_ratio == 0) continue;

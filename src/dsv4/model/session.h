@@ -32,19 +32,29 @@ struct LayerState {
   CompressorState indexer;       // CSA layers: keys of the lightning indexer
 };
 
+// What the MTP drafter (spec §4.1) needs besides its layer's window (LayerState): the main
+// model's pre-head streams of the last `window` positions, which its next drafts read.
+struct MtpState {
+  std::vector<float> streams;            // [window, hc, D]; row = position mod window
+  std::vector<int64_t> stream_position;  // [window] the position each row holds (-1: none)
+  int64_t position = 0;                  // the MTP layer's window holds positions < this
+};
+
 struct SessionState {
   int64_t position = 0;          // tokens fed so far
   std::vector<int32_t> tokens;   // the tokens fed so far, in order
-  std::vector<LayerState> layers;
+  std::vector<LayerState> layers;  // main layers, then the MTP layer(s)
+  MtpState mtp;                  // empty unless the engine drafts with MTP
 
   // A fresh session for `c` that will hold up to `context` tokens: the fixed-size state is
   // allocated (zeros) and the growing parts are reserved, so feeding it allocates nothing.
-  // Reserved pages that are never written cost address space, not RAM.
-  static SessionState create(const ModelConfig& c, int64_t context);
+  // Reserved pages that are never written cost address space, not RAM. `mtp`: with the MTP
+  // drafter's stream ring.
+  static SessionState create(const ModelConfig& c, int64_t context, bool mtp = false);
   // Bytes this session holds (allocated capacity).
   uint64_t bytes() const;
   // The most a session of `c` holds at `context` tokens: the planner's reserve per session.
-  static uint64_t bytes_at(const ModelConfig& c, int64_t context);
+  static uint64_t bytes_at(const ModelConfig& c, int64_t context, bool mtp = false);
 };
 
 }  // namespace dsv4

@@ -60,7 +60,7 @@ int64_t dense_cols(const Shape& s) { return std::max({s.D, s.QL, s.hd * s.H / s.
 // The one list of buffers: the constructor sizes them, bytes() adds them up.
 template <typename Visit>
 void ForwardWorkspace::for_each_buffer(ForwardWorkspace* ws, const ModelConfig& c, int64_t rows, int64_t context,
-                                       int threads, Visit&& visit) {
+                                       int threads, bool mtp, Visit&& visit) {
   const Shape s = shape_of(c, rows, context, threads);
   const int64_t T = s.T;
   auto v = [&](auto member, int64_t n) { visit(ws ? &(ws->*member) : nullptr, static_cast<size_t>(n)); };
@@ -118,9 +118,14 @@ void ForwardWorkspace::for_each_buffer(ForwardWorkspace* ws, const ModelConfig& 
   v(&W::ranked, T * 2 * s.K);
   v(&W::guess, s.E);
   v(&W::guessed, s.E);
+  if (!mtp) return;
+  v(&W::mtp_next, T);
+  v(&W::mtp_chain, s.hc * s.D);
+  v(&W::mtp_logits, c.vocab_size);
+  v(&W::mtp_saved, kMtpMaxChain * (s.hd + s.hc * s.D));
 }
 
-ForwardWorkspace::ForwardWorkspace(const ModelConfig& c, int64_t rows, int64_t ctx, int threads) {
+ForwardWorkspace::ForwardWorkspace(const ModelConfig& c, int64_t rows, int64_t ctx, int threads, bool mtp) {
   if (rows < 1) fail("internal: a forward workspace needs at least one row, got {}", rows);
   const Shape s = shape_of(c, rows, ctx, threads);
   max_rows = rows;
@@ -128,7 +133,7 @@ ForwardWorkspace::ForwardWorkspace(const ModelConfig& c, int64_t rows, int64_t c
   scratch_slots = s.slots;
   attend_rows = s.attend_rows;
   index_entries = s.index_entries;
-  for_each_buffer(this, c, rows, ctx, threads, [](auto* buffer, size_t n) { buffer->assign(n, {}); });
+  for_each_buffer(this, c, rows, ctx, threads, mtp, [](auto* buffer, size_t n) { buffer->assign(n, {}); });
   // The quantized activations grow to their largest shape now, never during a pass.
   std::vector<float> zeros(static_cast<size_t>(rows * std::max({s.D, s.I, dense_cols(s)})), 0.0f);
   kernels::prepare_input(zeros.data(), rows, s.D, kernels::Numerics::kFast, &ffn_in);
@@ -136,9 +141,9 @@ ForwardWorkspace::ForwardWorkspace(const ModelConfig& c, int64_t rows, int64_t c
   kernels::prepare_input(zeros.data(), rows, dense_cols(s), kernels::Numerics::kFast, &dense_in);
 }
 
-uint64_t ForwardWorkspace::bytes(const ModelConfig& c, int64_t rows, int64_t ctx, int threads) {
+uint64_t ForwardWorkspace::bytes(const ModelConfig& c, int64_t rows, int64_t ctx, int threads, bool mtp) {
   uint64_t total = 0;
-  for_each_buffer(nullptr, c, rows, ctx, threads, [&](auto* buffer, size_t n) {
+  for_each_buffer(nullptr, c, rows, ctx, threads, mtp, [&](auto* buffer, size_t n) {
     using Element = typename std::remove_pointer_t<decltype(buffer)>::value_type;
     total += n * sizeof(Element);
   });

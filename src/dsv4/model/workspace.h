@@ -35,9 +35,12 @@ struct PoolSlot {
 
 struct ForwardWorkspace {
   // `threads`: the pool size (tasks that need private scratch get one slice per chunk).
-  ForwardWorkspace(const ModelConfig& c, int64_t max_rows, int64_t context, int threads);
+  // `mtp`: also the MTP drafter's buffers.
+  ForwardWorkspace(const ModelConfig& c, int64_t max_rows, int64_t context, int threads, bool mtp = false);
   // The bytes the constructor allocates for this shape.
-  static uint64_t bytes(const ModelConfig& c, int64_t max_rows, int64_t context, int threads);
+  static uint64_t bytes(const ModelConfig& c, int64_t max_rows, int64_t context, int threads, bool mtp = false);
+  // Chained MTP drafts one call makes at most (mtp_saved's rows).
+  static constexpr int kMtpMaxChain = 16;
 
   int64_t max_rows = 0;  // rows (tokens) one pass may carry
   int64_t context = 0;   // longest sequence a session may reach
@@ -97,11 +100,16 @@ struct ForwardWorkspace {
   std::vector<int32_t> ranked;            // [T, 2K] each token's best experts
   std::vector<int32_t> guess;             // [E]
   std::vector<char> guessed;              // [E]
+  // MTP drafter (empty without it).
+  std::vector<int32_t> mtp_next;          // [T] the token after each row's position
+  std::vector<float> mtp_chain;           // [hc, D] the last MTP row's output streams
+  std::vector<float> mtp_logits;          // [V]
+  std::vector<float> mtp_saved;           // [kMtpMaxChain, hd + hc*D] what chained drafts overwrite
 
  private:
   template <typename Visit>
   static void for_each_buffer(ForwardWorkspace* ws, const ModelConfig& c, int64_t rows, int64_t context,
-                              int threads, Visit&& visit);
+                              int threads, bool mtp, Visit&& visit);
 };
 
 // What every block of one forward pass shares: the model, the numerics, the pool, the

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "dsv4/util/error.h"
 #include "dsv4/util/thread_pool.h"
 
 namespace dsv4 {
@@ -28,20 +29,35 @@ void settle_shape(const ModelConfig& c, LoadOptions& o) {
   w.threads = o.engine.threads > 0 ? o.engine.threads : available_cpus();
   o.engine.max_rows = w.chunk_tokens;
   o.engine.context = w.context_tokens;
+  o.engine.mtp = o.mtp != MtpLoad::kNo && c.num_mtp_layers > 0;
+  w.mtp = o.engine.mtp;
+}
+
+// The plan for the settled shape; with MtpLoad::kIfAllResident, without the drafter when it
+// would take slots from the target's experts (o.engine.mtp and o.workload.mtp say which).
+MemoryPlan settle_plan(const Checkpoint& ck, LoadOptions& o) {
+  settle_shape(ck.config(), o);
+  if (o.mtp == MtpLoad::kIfAllResident && o.engine.mtp) {
+    try {
+      MemoryPlan plan = plan_memory(ck, parse_ram(o.ram), o.workload);
+      if (plan.all_resident) return plan;
+    } catch (const Error&) {  // below the minimum with the drafter: the plan without it decides
+    }
+    o.engine.mtp = o.workload.mtp = false;
+  }
+  return plan_memory(ck, parse_ram(o.ram), o.workload);
 }
 
 }  // namespace
 
 MemoryPlan plan_for(const Checkpoint& ck, const LoadOptions& options) {
   LoadOptions o = options;
-  settle_shape(ck.config(), o);
-  return plan_memory(ck, parse_ram(o.ram), o.workload);
+  return settle_plan(ck, o);
 }
 
 LoadedEngine load_engine(std::unique_ptr<const Checkpoint> ck, LoadOptions o) {
-  settle_shape(ck->config(), o);
   LoadedEngine loaded;
-  loaded.plan = plan_memory(*ck, parse_ram(o.ram), o.workload);
+  loaded.plan = settle_plan(*ck, o);
   if (o.print_plan) std::fprintf(stderr, "%s\n", loaded.plan.summary().c_str());
   std::unique_ptr<ExpertProvider> experts = make_planned_provider(*ck, loaded.plan, o.store);
   if (o.wrap_provider) experts = o.wrap_provider(std::move(experts));

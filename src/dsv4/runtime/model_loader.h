@@ -17,11 +17,19 @@
 
 namespace dsv4 {
 
+// Whether the MTP drafter is loaded (its layer and experts resident, inside the budget).
+enum class MtpLoad : uint8_t {
+  kNo,
+  kIfAllResident,  // only when the target's experts all stay resident beside it (--spec auto)
+  kYes,            // whenever the checkpoint has one (--spec mtp, dsv4 score --mtp-logits-out)
+};
+
 struct LoadOptions {
   std::string ram = setting_default<std::string>("ram");  // --ram as given: "auto", "min", "12G"
   WorkloadShape workload;    // what the reserve must cover; also the engine's workspace shape
   EngineOptions engine;      // numerics, threads, lookahead (max_rows / context: from workload)
   ExpertStoreOptions store;  // I/O backend, queue depth (slots come from the plan)
+  MtpLoad mtp = MtpLoad::kNo;
   bool print_plan = false;   // the plan's one line on stderr
   // Wraps the planned provider (the benchmark's request recorder); null: none.
   std::function<std::unique_ptr<ExpertProvider>(std::unique_ptr<ExpertProvider>)> wrap_provider;

@@ -47,8 +47,8 @@ int64_t resolve_chunk(int64_t requested, int64_t context) {
 uint64_t workload_bytes(const ModelConfig& c, const WorkloadShape& w) {
   const int64_t context = std::max<int64_t>(1, w.context_tokens);
   const int64_t rows = std::max<int64_t>(1, std::min(w.chunk_tokens, context));
-  return uint64_t(std::max<int64_t>(1, w.sessions)) * SessionState::bytes_at(c, context) +
-         ForwardWorkspace::bytes(c, rows, context, std::max(1, w.threads)) +
+  return uint64_t(std::max<int64_t>(1, w.sessions)) * SessionState::bytes_at(c, context, w.mtp) +
+         ForwardWorkspace::bytes(c, rows, context, std::max(1, w.threads), w.mtp) +
          uint64_t(std::max<int64_t>(0, w.logit_rows)) * uint64_t(c.vocab_size) * sizeof(float) + w.prefix_cache_bytes;
 }
 
@@ -60,8 +60,9 @@ std::string MemoryPlan::summary() const {
                                  100.0 * double(slots) / double(std::max<int64_t>(1, total_experts)));
   const std::string cache =
       prefix_cache_bytes ? fmt::format(" (prefix cache {})", format_bytes(prefix_cache_bytes)) : std::string();
-  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident, {}, kv+scratch reserve {}{}, projected peak {}",
-                     format_bytes(budget), budget_source, format_bytes(dense_bytes), experts,
+  const std::string mtp = mtp_bytes ? fmt::format(", mtp drafter {} resident", format_bytes(mtp_bytes)) : std::string();
+  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident{}, {}, kv+scratch reserve {}{}, projected peak {}",
+                     format_bytes(budget), budget_source, format_bytes(dense_bytes), mtp, experts,
                      format_bytes(reserve_bytes), cache, format_bytes(projected_peak()));
 }
 
@@ -69,8 +70,13 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
   const ModelConfig& c = ck.config();
   MemoryPlan p;
   // The embedding's rows are read per token; the MTP layer is not loaded until something runs it.
-  for (const auto& [name, ref] : ck.tensors())
-    if (!is_routed_expert(name) && name != "embed.weight" && name.rfind("mtp.", 0) != 0) p.dense_bytes += ref.info->bytes;
+  for (const auto& [name, ref] : ck.tensors()) {
+    if (name.rfind("mtp.", 0) == 0) {
+      if (workload.mtp && ck.has_mtp()) p.mtp_bytes += (ref.info->bytes + 63) / 64 * 64;  // as loaded: 64-byte aligned
+    } else if (!is_routed_expert(name) && name != "embed.weight") {
+      p.dense_bytes += ref.info->bytes;
+    }
+  }
   const ExpertLayout layout(ck);
   p.slot_bytes = layout.slot_bytes();
   p.total_experts = int64_t(layout.n_layers()) * layout.n_experts();
@@ -79,7 +85,7 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
   // One token needs K experts per layer; twice that lets the next layer's reads run while
   // this layer computes.
   p.min_slots = std::min<int64_t>(p.total_experts, 2 * int64_t(c.n_experts_per_token));
-  p.minimum_budget = p.dense_bytes + p.reserve_bytes + uint64_t(p.min_slots) * p.slot_bytes;
+  p.minimum_budget = p.dense_bytes + p.mtp_bytes + p.reserve_bytes + uint64_t(p.min_slots) * p.slot_bytes;
   const uint64_t resident_total = uint64_t(p.total_experts) * layout.max_payload_bytes();
 
   switch (ram.kind) {
@@ -100,12 +106,13 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
     }
   }
   if (p.budget < p.minimum_budget) {
-    fail("--ram: a budget of {} ({}) is below the minimum of {} for {} (dense {} + {} expert slots of {} + "
+    fail("--ram: a budget of {} ({}) is below the minimum of {} for {} (dense {}{} + {} expert slots of {} + "
          "kv+scratch reserve {}); use --ram min or more",
          format_bytes(p.budget), p.budget_source, format_bytes(p.minimum_budget), ck.dir(), format_bytes(p.dense_bytes),
-         p.min_slots, format_bytes(p.slot_bytes), format_bytes(p.reserve_bytes));
+         p.mtp_bytes ? " + mtp drafter " + format_bytes(p.mtp_bytes) : std::string(), p.min_slots,
+         format_bytes(p.slot_bytes), format_bytes(p.reserve_bytes));
   }
-  const uint64_t for_experts = p.budget - p.dense_bytes - p.reserve_bytes;
+  const uint64_t for_experts = p.budget - p.dense_bytes - p.mtp_bytes - p.reserve_bytes;
   if (for_experts >= resident_total) {
     p.all_resident = true;
     p.slots = p.total_experts;

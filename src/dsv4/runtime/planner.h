@@ -40,12 +40,14 @@ struct WorkloadShape {
   int64_t sessions = 1;           // sessions alive at once
   int threads = 1;                // compute threads (the workspace has scratch per thread)
   uint64_t prefix_cache_bytes = 0;  // the server's prefix cache bound
+  bool mtp = false;               // the MTP drafter is loaded (its layer resident, experts too)
 };
 
 struct MemoryPlan {
   uint64_t budget = 0;
   std::string budget_source;   // "--ram 12G", "--ram min", "default: 80% of 20.1 GiB available"
   uint64_t dense_bytes = 0;    // resident non-expert weights
+  uint64_t mtp_bytes = 0;      // the MTP layer, experts included, resident (WorkloadShape::mtp)
   uint64_t reserve_bytes = 0;  // sessions + workspace + logits + prefix cache + process overhead
   uint64_t prefix_cache_bytes = 0;  // part of reserve_bytes
   uint64_t slot_bytes = 0;     // one expert cache slot
@@ -54,9 +56,9 @@ struct MemoryPlan {
   int64_t slots = 0;           // == total_experts when all resident
   bool all_resident = false;
   uint64_t expert_bytes = 0;   // RAM held for experts
-  uint64_t minimum_budget = 0; // dense + min_slots + reserve
+  uint64_t minimum_budget = 0; // dense + mtp + min_slots + reserve
 
-  uint64_t projected_peak() const { return dense_bytes + expert_bytes + reserve_bytes; }
+  uint64_t projected_peak() const { return dense_bytes + mtp_bytes + expert_bytes + reserve_bytes; }
   std::string summary() const;  // the one line printed on stderr
 };
 

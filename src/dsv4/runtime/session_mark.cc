@@ -34,6 +34,7 @@ SessionMark mark_session(const SessionState& s) {
   SessionMark m;
   m.position = s.position;
   m.tokens = s.tokens.size();
+  m.mtp = s.mtp;
   m.layers.reserve(s.layers.size());
   for (const LayerState& l : s.layers) {
     LayerState copy;
@@ -52,6 +53,7 @@ void rewind_session(SessionState& s, const SessionMark& m) {
     fail("rewind_session: the session is not a continuation of its mark");
   s.position = m.position;
   s.tokens.resize(m.tokens);
+  s.mtp = m.mtp;
   for (size_t i = 0; i < s.layers.size(); ++i) {
     s.layers[i].window_kv = m.layers[i].window_kv;
     restore(s.layers[i].compressor, m.layers[i].compressor, m.compressor_floats[i]);

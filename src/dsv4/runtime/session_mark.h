@@ -21,6 +21,7 @@ struct SessionMark {
   // Each layer's state with its compressors' entries left out (their sizes are below).
   std::vector<LayerState> layers;
   std::vector<size_t> compressor_floats, indexer_floats;
+  MtpState mtp;  // fixed size (the MTP drafter's stream ring), copied whole
 };
 
 SessionMark mark_session(const SessionState& s);

@@ -152,6 +152,8 @@ std::vector<Setting> make_table() {
       flag_bool("inspect_json", "--json", "", false, "inspect: print JSON"),
       path("tokens_file", "--tokens-file", "", "score: token ids separated by whitespace or commas"),
       path("logits_out", "--logits-out", "", "score: output file, float32 little-endian [n_tokens, vocab]"),
+      path("mtp_logits_out", "--mtp-logits-out", "",
+           "score: also the MTP layer's logits, float32 [n_tokens - 1, vocab]: row i predicts token i + 2"),
       ints("tokens", "--tokens", {}, 0, INT32_MAX, "generate: prompt token ids, comma-separated"),
       integer("generate_n", "-n", "", 16, 0, kMaxTokens, "generate: tokens to generate"),
       flag_bool("greedy", "--greedy", "", true, "generate: argmax decoding (the only mode of this command)"),
