@@ -138,7 +138,9 @@ class SpeculativeGeneration : public ::testing::TestWithParam<Budget> {
     o.workload.context_tokens = 512;
     o.workload.chunk_tokens = 64;
     o.ram = GetParam().streamed ? "min" : "4G";
+    o.mtp = MtpLoad::kYes;  // the MTP drafter, inside the budget (at --ram min too)
     loaded_ = load_engine(test::fixture(GetParam().fixture), o);
+    ASSERT_TRUE(loaded_.engine->has_mtp());
     ASSERT_EQ(loaded_.plan.all_resident, !GetParam().streamed);
   }
 
@@ -164,7 +166,7 @@ class SpeculativeGeneration : public ::testing::TestWithParam<Budget> {
     EXPECT_EQ(a.result.finish, b.result.finish);
     ASSERT_EQ(a.logits.size(), b.logits.size());
     for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_TRUE(same_bits(a.logits[i], b.logits[i])) << "token " << i;
-    expect_same_session(a.session, b.session);
+    expect_same_session(a.session, b.session, loaded_.engine->config().num_layers);
   }
 
   LoadedEngine loaded_;
@@ -202,6 +204,7 @@ TEST_P(SpeculativeGeneration, EveryModeEmitsTheTokensAndLogitsOfPlainDecoding) {
         const char* name;
       };
       const Mode modes[] = {{SpecMode::kNgram, 1, nullptr, "ngram k<=1"}, {SpecMode::kNgram, 4, nullptr, "ngram k<=4"},
+                            {SpecMode::kMtp, 1, nullptr, "mtp k<=1"}, {SpecMode::kMtp, 3, nullptr, "mtp k<=3"},
                             {SpecMode::kAuto, 4, nullptr, "auto"},
                             {SpecMode::kOracle, 3, &plain.result.tokens, "oracle right"},
                             {SpecMode::kOracle, 5, &wrong, "oracle wrong every 3rd"}};

@@ -1,5 +1,7 @@
 #include "dsv4/cli/common.h"
 
+#include "dsv4/runtime/speculative.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <random>
@@ -93,10 +95,17 @@ LoadedEngine open_engine(const ModelOptions& m, const WorkloadShape& workload) {
   return load_engine(resolve_model_dir(m), load_options(m, workload));
 }
 
-LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload) {
+MtpLoad mtp_load_for(const std::string& spec) {
+  const SpecMode mode = parse_spec_mode(spec);
+  return mode == SpecMode::kMtp ? MtpLoad::kYes : mode == SpecMode::kAuto ? MtpLoad::kIfAllResident : MtpLoad::kNo;
+}
+
+LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload, MtpLoad mtp) {
   const std::string dir = resolve_model_dir(m);
   LoadedModel lm{dir, {}, nullptr, text::Tokenizer::from_file(dir + "/tokenizer.json"), m.dir.empty()};
-  LoadedEngine loaded = load_engine(dir, load_options(m, workload));
+  LoadOptions lo = load_options(m, workload);
+  lo.mtp = mtp;
+  LoadedEngine loaded = load_engine(dir, lo);
   lm.plan = loaded.plan;
   lm.engine = std::move(loaded.engine);
   return lm;

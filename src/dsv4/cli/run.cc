@@ -196,7 +196,7 @@ int run(const RunOptions& o) {
     if (!o.sampling.stop.empty()) fail("--stop cannot be combined with --json-schema (a stop string could cut the value)");
     schema = load_schema_constraint(o.json_schema, o.style.think && !o.raw);
   }
-  LoadedModel lm = load_model(o.model, interactive_workload(o.model));
+  LoadedModel lm = load_model(o.model, interactive_workload(o.model), mtp_load_for(o.sampling.spec));
   announce_demo(lm);
   install_sigint();
 
@@ -267,7 +267,7 @@ constexpr const char* kChatHelp =
 }  // namespace
 
 int chat(const ChatOptions& o) {
-  LoadedModel lm = load_model(o.model, interactive_workload(o.model));
+  LoadedModel lm = load_model(o.model, interactive_workload(o.model), mtp_load_for(o.sampling.spec));
   announce_demo(lm);
   install_sigint();
   const bool tty = isatty(0) && isatty(1);

@@ -108,7 +108,7 @@ int serve(const ServeOptions& o) {
   // The prefix cache is part of the budget: its bound is planned inside --ram.
   WorkloadShape workload = interactive_workload(o.model);
   if (o.cache_entries > 0) workload.prefix_cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
-  LoadedModel lm = load_model(o.model, workload);
+  LoadedModel lm = load_model(o.model, workload, mtp_load_for(o.sampling.spec));
   if (lm.demo)
     fmt::print(stderr, "dsv4 serve: no -m given: serving the built-in demo model in {} (a tiny DeepSeek V4 trained on the King James Bible)\n",
                lm.dir);
@@ -126,6 +126,7 @@ int serve(const ServeOptions& o) {
   so.defaults.stop = o.sampling.stop;
   so.defaults.spec = parse_spec_mode(o.sampling.spec);
   so.defaults.draft_max = static_cast<int>(o.sampling.draft_max);
+  so.defaults.mtp_loaded = lm.engine->has_mtp();
   so.defaults.vocab_size = static_cast<int32_t>(lm.engine->config().vocab_size);
   so.scheduler.max_queue = static_cast<size_t>(o.max_queue);
   so.scheduler.cache_entries = static_cast<size_t>(o.cache_entries);

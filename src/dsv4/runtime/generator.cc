@@ -50,6 +50,9 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   for (const std::string& s : req.stop_strings)
     if (s.empty()) fail("stop strings must not be empty");
   if (req.constraint && !req.stop_strings.empty()) fail("stop strings cannot be combined with a constrained output");
+  if (req.spec == SpecMode::kMtp && !engine.has_mtp())
+    fail("spec \"mtp\": the model was loaded without its MTP layer (the checkpoint has none, or it was started "
+         "with another --spec)");
   const int64_t limit =
       req.context_limit > 0 ? std::min(req.context_limit, engine.context_limit()) : engine.context_limit();
   const int64_t prompt_len = static_cast<int64_t>(req.prompt.size());
@@ -164,7 +167,9 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   // after the last token kept are taken back (see speculative.h).
   const SpecMode mode = req.max_tokens > 1 ? req.spec : SpecMode::kOff;
   const int draft_max = mode == SpecMode::kOff ? 0 : static_cast<int>(std::min<int64_t>(req.draft_max, engine.max_rows() - 1));
+  // One controller per drafter (their acceptance differs): n-gram / oracle, and MTP.
   DraftController controller(draft_max, /*may_stop_drafting=*/mode == SpecMode::kAuto);
+  DraftController mtp_controller(engine.has_mtp() ? draft_max : 0, /*may_stop_drafting=*/mode == SpecMode::kAuto);
   std::vector<float> verified;  // [draft_max + 1, V]
   if (draft_max > 0) verified.resize(static_cast<size_t>(draft_max + 1) * V);
   std::vector<int32_t> rows(static_cast<size_t>(draft_max) + 1);
@@ -184,26 +189,38 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       result.finish = FinishReason::kCancelled;
       break;
     }
-    // Drafts: never more than the context, the token budget or the workspace can take.
+    // Drafts: never more than the context, the token budget or the workspace can take. A
+    // step's time includes its drafting (the MTP's passes), so the controllers weigh it.
+    const auto pass_start = Clock::now();
     const int64_t room = std::min(limit - session.position, req.max_tokens - static_cast<int64_t>(result.tokens.size()));
     int k = static_cast<int>(std::clamp<int64_t>(room - 1, 0, draft_max));
     rows[0] = history.back();
+    DraftController* drafter = &controller;
     if (k > 0) {
       if (mode == SpecMode::kOracle) {
+        // Oracle drafts (benchmarks) measure the machinery at exactly draft_max.
         const size_t at = result.tokens.size();
         k = static_cast<int>(std::min<size_t>(static_cast<size_t>(k), req.oracle.size() > at ? req.oracle.size() - at : 0));
         std::copy_n(req.oracle.begin() + static_cast<std::ptrdiff_t>(at), k, rows.begin() + 1);
       } else {
-        k = ngram_draft(history, k, rows.data() + 1);
+        // auto: n-gram drafts where the last two or more tokens occurred before (repeated
+        // text, where they are often right), else the MTP's.
+        int matched = 0;
+        const int found = mode == SpecMode::kMtp ? 0 : ngram_draft(history, k, rows.data() + 1, &matched);
+        const bool use_mtp = mode == SpecMode::kMtp || (mode == SpecMode::kAuto && engine.has_mtp() && matched < 2);
+        if (use_mtp) {
+          drafter = &mtp_controller;
+          k = mtp_controller.draft_length(k);
+          k = engine.mtp_draft(session, rows[0], k, rows.data() + 1);
+        } else {
+          k = controller.draft_length(found);
+        }
       }
-      // Oracle drafts (benchmarks) measure the machinery at exactly draft_max.
-      if (mode != SpecMode::kOracle) k = controller.draft_length(k);
     }
-    const auto pass_start = Clock::now();
     ++st.decode_passes;
     if (k == 0) {
       engine.forward(session, std::span<const int32_t>(rows.data(), 1), logits.data(), LogitRows::kLast);
-      if (draft_max > 0) controller.record(1, 0, seconds_since(pass_start));
+      if (draft_max > 0) drafter->record(1, 0, seconds_since(pass_start));
       going = take(draw(logits));
       continue;
     }
@@ -225,7 +242,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     }
     st.drafted_tokens += k;
     st.accepted_tokens += accepted;
-    controller.record(k + 1, accepted, pass_s);
+    drafter->record(k + 1, accepted, pass_s);
     if (kept < k + 1) undo.rewind(session, pass_position + kept);
   }
   // Text held back for a stop string that never completed is final now; so are the bytes of

@@ -122,8 +122,10 @@ std::vector<Setting> make_table() {
               "stop after this many generated tokens"),
       text("stop", "--stop", "", "", "stop when this text is generated (repeatable)", K::kRepeated),
       // Speculative decoding (run, chat, serve): never changes the output.
-      choice("spec", "--spec", "DSV4_SPEC", "auto", {"off", "auto", "ngram"},
-             "speculative decoding: off, auto (draft when measured to pay) or ngram (always draft from earlier text)"),
+      choice("spec", "--spec", "DSV4_SPEC", "auto", {"off", "auto", "ngram", "mtp"},
+             "speculative decoding: off, auto (draft when measured to pay: n-gram where the text repeats, else "
+             "MTP when its layer fits beside every expert), ngram (always draft from earlier text) or mtp (always "
+             "draft with the checkpoint's MTP layer, loaded inside --ram)"),
       integer("draft_max", "--draft-max", "DSV4_DRAFT_MAX", 4, 1, 16, "most tokens drafted per step"),
       // Server.
       text("host", "--host", "DSV4_HOST", "127.0.0.1", "address the server binds to"),
@@ -199,7 +201,7 @@ std::vector<Setting> make_table() {
            "bench: bytes of shard read to measure the SSD"),
       choice("bench_lookahead", "--lookahead", "", "all", {"off", "exact", "all"},
              "bench: guess experts ahead: off, exact (hash-routed layers only), all (also run routers early)"),
-      choice("bench_spec", "--spec", "", "off", {"off", "auto", "ngram", "oracle"},
+      choice("bench_spec", "--spec", "", "off", {"off", "auto", "ngram", "mtp", "oracle"},
              "bench: also decode with speculative decoding in this mode (oracle: drafts from the plain run's "
              "tokens, all right) and compare with drafting off in the same run"),
       flag_bool("bench_json", "--json", "", false, "bench: print one JSON object"),

@@ -10,8 +10,9 @@ SpecMode parse_spec_mode(const std::string& s) {
   if (s == "off") return SpecMode::kOff;
   if (s == "auto") return SpecMode::kAuto;
   if (s == "ngram") return SpecMode::kNgram;
+  if (s == "mtp") return SpecMode::kMtp;
   if (s == "oracle") return SpecMode::kOracle;
-  fail("spec mode \"{}\": expected off, auto, ngram or oracle", s);
+  fail("spec mode \"{}\": expected off, auto, ngram, mtp or oracle", s);
 }
 
 const char* spec_mode_name(SpecMode m) {
@@ -19,6 +20,7 @@ const char* spec_mode_name(SpecMode m) {
     case SpecMode::kOff: return "off";
     case SpecMode::kAuto: return "auto";
     case SpecMode::kNgram: return "ngram";
+    case SpecMode::kMtp: return "mtp";
     case SpecMode::kOracle: return "oracle";
   }
   return "?";
@@ -31,7 +33,7 @@ constexpr int kMinMatch = 1, kMaxMatch = 4;
 constexpr size_t kSearchWindow = 16384;
 }  // namespace
 
-int ngram_draft(std::span<const int32_t> history, int max, int32_t* out) {
+int ngram_draft(std::span<const int32_t> history, int max, int32_t* out, int* matched) {
   const size_t n = history.size();
   if (max <= 0 || n < 2) return 0;
   const size_t from = n > kSearchWindow ? n - kSearchWindow : 0;
@@ -43,6 +45,7 @@ int ngram_draft(std::span<const int32_t> history, int max, int32_t* out) {
       const size_t follow = start + len;
       const int k = static_cast<int>(std::min<size_t>(static_cast<size_t>(max), n - follow));
       std::copy_n(history.data() + follow, k, out);
+      if (matched) *matched = len;
       return k;
     }
   }

@@ -18,17 +18,19 @@ namespace dsv4 {
 
 enum class SpecMode : uint8_t {
   kOff,    // one token per pass
-  kAuto,   // draft when the measurements say it pays (n-gram drafts)
+  kAuto,   // draft when the measurements say it pays: n-gram drafts where the text repeats,
+           // else MTP drafts (when the engine has the drafter)
   kNgram,  // prompt lookup: continue an earlier occurrence of the last tokens
+  kMtp,    // the checkpoint's MTP layer (Engine::mtp_draft)
   kOracle, // benchmarks: drafts from a recorded continuation (every draft right)
 };
-SpecMode parse_spec_mode(const std::string& s);  // "off", "auto", "ngram", "oracle" (Error otherwise)
+SpecMode parse_spec_mode(const std::string& s);  // "off", "auto", "ngram", "mtp", "oracle" (Error otherwise)
 const char* spec_mode_name(SpecMode m);
 
 // Up to `max` tokens that followed the most recent earlier occurrence of the longest suffix
 // of `history` (between kMinMatch and kMaxMatch tokens) — "prompt lookup". Writes them to
-// out and returns how many (0: no earlier occurrence).
-int ngram_draft(std::span<const int32_t> history, int max, int32_t* out);
+// out and returns how many (0: no earlier occurrence). `matched`: the suffix length found.
+int ngram_draft(std::span<const int32_t> history, int max, int32_t* out, int* matched = nullptr);
 
 // Chooses each step's draft length from what was measured: the acceptance rate of each draft
 // position, and the time of a pass of n rows against a pass of one row. It drafts k tokens

@@ -216,7 +216,11 @@ void parse_common(const Fields& f, const RequestDefaults& d, const RequestLimits
     if (*s == "off") r.spec = SpecMode::kOff;
     else if (*s == "auto") r.spec = SpecMode::kAuto;
     else if (*s == "ngram") r.spec = SpecMode::kNgram;
-    else bad_value("spec", "must be \"off\", \"auto\" or \"ngram\".");
+    else if (*s == "mtp" && d.mtp_loaded) r.spec = SpecMode::kMtp;
+    else if (*s == "mtp")
+      bad_value("spec", "\"mtp\" needs the server started with --spec mtp (or auto, when the MTP layer fits) on a "
+                        "checkpoint with an MTP layer.");
+    else bad_value("spec", "must be \"off\", \"auto\", \"ngram\" or \"mtp\".");
   }
   r.draft_max = d.draft_max;
   if (auto k = f.integer("draft_max", 1, 16)) r.draft_max = static_cast<int>(*k);

@@ -84,6 +84,7 @@ struct RequestDefaults {
   std::vector<std::string> stop;  // for requests without "stop"
   int32_t vocab_size = 0;         // token prompts must be below this
   SpecMode spec = SpecMode::kOff;  // --spec / --draft-max: for requests without "spec" / "draft_max"
+  bool mtp_loaded = false;         // the engine has the MTP drafter ("spec": "mtp" is allowed)
   int draft_max = static_cast<int>(setting_default<int64_t>("draft_max"));
 };
 
