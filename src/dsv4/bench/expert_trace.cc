@@ -38,6 +38,11 @@ void TracingProvider::predict(int layer, std::span<const int> experts) {
   inner_->predict(layer, experts);
 }
 
+void TracingProvider::expect(int layer, std::span<const int> experts) {
+  events_.push_back({ExpertEvent::Kind::kExpect, layer, {experts.begin(), experts.end()}});
+  inner_->expect(layer, experts);
+}
+
 const ExpertWeights& TracingProvider::acquire(int layer, int expert) {
   events_.push_back({ExpertEvent::Kind::kAcquire, layer, {expert}});
   return inner_->acquire(layer, expert);
@@ -51,7 +56,7 @@ void TracingProvider::release(int layer, int expert) {
 void save_trace(const std::string& path, const std::vector<ExpertEvent>& events) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f) fail("{}: cannot create", path);
-  static const char kKinds[] = "PFART";
+  static const char kKinds[] = "PFARTE";
   for (const ExpertEvent& e : events) {
     std::string line = fmt::format("{} {} ", kKinds[static_cast<int>(e.kind)], e.layer);
     for (size_t i = 0; i < e.experts.size(); ++i) line += fmt::format("{}{}", i ? "," : "", e.experts[i]);
@@ -72,7 +77,7 @@ std::vector<ExpertEvent> load_trace(const std::string& path) {
     std::istringstream ls(line);
     if (!(ls >> kind >> layer)) fail("{}: bad trace line \"{}\"", path, line);
     ExpertEvent e;
-    const size_t k = std::string("PFART").find(kind);
+    const size_t k = std::string("PFARTE").find(kind);
     if (kind.size() != 1 || k == std::string::npos) fail("{}: bad trace event \"{}\"", path, kind);
     e.kind = static_cast<ExpertEvent::Kind>(k);
     e.layer = layer;
@@ -106,6 +111,9 @@ ReplayResult replay_trace(const Checkpoint& ck, const std::vector<ExpertEvent>& 
         // The engine guesses layer l after layer l-1's attention; layer 0 at the start.
         if (e.layer > 0) spend(compute.layer_dense_s);
         store.predict(e.layer, e.experts);
+        break;
+      case ExpertEvent::Kind::kExpect:  // issued where a token's experts become known
+        store.expect(e.layer, e.experts);
         break;
       case ExpertEvent::Kind::kPrefetch:
         if (e.layer == last_layer) spend(compute.layer_dense_s);  // the last attention has no guess after it

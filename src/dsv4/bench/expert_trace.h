@@ -16,7 +16,7 @@
 namespace dsv4 {
 
 struct ExpertEvent {
-  enum class Kind : uint8_t { kPredict, kPrefetch, kAcquire, kRelease, kTokenEnd };
+  enum class Kind : uint8_t { kPredict, kPrefetch, kAcquire, kRelease, kTokenEnd, kExpect };
   Kind kind;
   int layer = 0;
   std::vector<int> experts;  // predict / prefetch: the list; acquire / release: one id
@@ -28,12 +28,14 @@ class TracingProvider final : public ExpertProvider {
   explicit TracingProvider(std::unique_ptr<ExpertProvider> inner) : inner_(std::move(inner)) {}
   void prefetch(int layer, std::span<const int> experts) override;
   void predict(int layer, std::span<const int> experts) override;
+  void expect(int layer, std::span<const int> experts) override;
   bool wants_predictions() const override { return inner_->wants_predictions(); }
   bool ready(int layer, int expert) const override { return inner_->ready(layer, expert); }
   const ExpertWeights& acquire(int layer, int expert) override;
   void release(int layer, int expert) override;
   ExpertStats stats() const override { return inner_->stats(); }
   uint64_t resident_bytes() const override { return inner_->resident_bytes(); }
+  std::string storage_problem() override { return inner_->storage_problem(); }
 
   void mark_token_end() { events_.push_back({ExpertEvent::Kind::kTokenEnd, 0, {}}); }
   const std::vector<ExpertEvent>& events() const { return events_; }
@@ -44,7 +46,7 @@ class TracingProvider final : public ExpertProvider {
   std::vector<ExpertEvent> events_;
 };
 
-// Text form, one event per line ("P|F|A|R|T layer e,e,..."), to replay a trace later.
+// Text form, one event per line ("P|F|A|R|T|E layer e,e,..."), to replay a trace later.
 void save_trace(const std::string& path, const std::vector<ExpertEvent>& events);
 std::vector<ExpertEvent> load_trace(const std::string& path);
 

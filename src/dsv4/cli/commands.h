@@ -13,7 +13,9 @@ namespace dsv4::cli {
 
 struct InspectOptions {
   std::string dir;
+  std::vector<std::string> mirrors;  // folders holding shards missing from `dir`
   bool json = false;
+  bool deep = false;  // also read every tensor and check its values
 };
 int inspect(const InspectOptions& o);
 
@@ -37,6 +39,9 @@ struct ModelOptions {
   std::string ram;       // "auto", "min", "12G", ...
   std::string io;        // auto | uring | threads (expert reads)
   std::string demo_dir;  // DSV4_DEMO_DIR; empty: models/demo (next to the binary, else the source tree)
+  std::vector<std::string> mirrors;  // --mirror DIR (repeatable): more copies of the shards
+  std::string read_shares;           // --read-shares "2,1": expert reads per folder ("" = measured)
+  std::string io_faults;             // DSV4_TEST_IO_FAULTS (test hook)
   bool quiet_stats = false;
 };
 

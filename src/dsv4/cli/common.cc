@@ -87,6 +87,9 @@ LoadOptions load_options(const ModelOptions& m, const WorkloadShape& workload) {
   o.engine.numerics = m.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
   o.engine.threads = m.threads;
   o.store.backend = parse_io_backend(m.io);
+  o.store.mirrors = m.mirrors;
+  o.store.read_shares = parse_read_shares(m.read_shares);
+  o.store.faults = IoFaults::parse_if_set(m.io_faults, "DSV4_TEST_IO_FAULTS");
   o.print_plan = true;
   return o;
 }

@@ -3,9 +3,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <regex>
+
 #include "dsv4/cli/commands.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
+#include "dsv4/io/value_check.h"
+#include "dsv4/util/file.h"
+#include "dsv4/util/progress.h"
 
 namespace dsv4::cli {
 namespace {
@@ -20,10 +26,90 @@ std::string human(uint64_t bytes) {
   return fmt::format("{:.1f} KiB", bytes / 1024.0);
 }
 
+// "expert 17 of layer 3: " for a routed expert's tensor, "" otherwise.
+std::string expert_prefix(const ModelConfig& c, const std::string& name) {
+  static const std::regex kExpert(R"(^(?:layers\.(\d+)|mtp\.(\d+))\.ffn\.experts\.(\d+)\.)");
+  std::smatch m;
+  if (!std::regex_search(name, m, kExpert)) return "";
+  const int layer = m[1].matched ? std::stoi(m[1]) : c.num_layers + std::stoi(m[2]);
+  return fmt::format("expert {} of layer {}: ", m[3].str(), layer);
+}
+
+// The first bad element of a tensor's bytes [begin, begin + n) as the engine would judge it
+// (the load and the expert store refuse the same values), or -1; `what` says what is bad.
+int64_t first_bad_value(const TensorInfo& t, const uint8_t* p, int64_t n, int n_experts, std::string* what) {
+  int64_t i = -1;
+  switch (t.dtype) {
+    case DType::kF8_E4M3:
+      i = find_nan_e4m3(p, n);
+      if (i >= 0) *what = fmt::format("a NaN encoding (0x{:02X})", p[i]);
+      return i;
+    case DType::kF8_E8M0:
+      i = find_bad_e8m0(p, n);
+      if (i >= 0) *what = fmt::format("the E8M0 scale {} (scales above 2^32 are refused)", describe_e8m0(p[i]));
+      return i;
+    case DType::kBF16:
+      i = find_nonfinite_bf16(reinterpret_cast<const uint16_t*>(p), n / 2);
+      if (i >= 0) *what = "a non-finite value";
+      return i;
+    case DType::kF32:
+      i = find_nonfinite_f32(reinterpret_cast<const float*>(p), n / 4);
+      if (i >= 0) *what = "a non-finite value";
+      return i;
+    case DType::kI64: {  // tid2eid: expert ids
+      const auto* v = reinterpret_cast<const int64_t*>(p);
+      for (int64_t k = 0; k < n / 8; ++k)
+        if (v[k] < 0 || v[k] >= n_experts) {
+          *what = fmt::format("expert id {}, outside [0, {})", v[k], n_experts);
+          return k;
+        }
+      return -1;
+    }
+    default:  // I8: packed FP4 (E2M1) codes, every one of which is a finite value
+      return -1;
+  }
+}
+
+// Reads every tensor of every shard in file order and checks its values. Returns the
+// problems, one line each (the first bad element of each bad tensor).
+std::vector<std::string> deep_check(const Checkpoint& ck) {
+  uint64_t total = 0;
+  for (const auto& s : ck.shards())
+    for (const TensorInfo& t : s->tensors()) total += t.bytes;
+  Progress progress("inspect --deep", "MB", static_cast<int64_t>(total >> 20), 1);
+  constexpr uint64_t kChunk = 64ull << 20;  // a multiple of every element size
+  AlignedBuffer buffer(kChunk);
+  BulkReader reader;
+  std::vector<std::string> problems;
+  uint64_t done = 0;
+  for (const auto& shard : ck.shards()) {
+    std::vector<const TensorInfo*> order;
+    for (const TensorInfo& t : shard->tensors()) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    for (const TensorInfo* t : order) {
+      const int width = std::max(1, dtype_size(t->dtype));
+      for (uint64_t at = 0; at < t->bytes; at += kChunk) {
+        const uint64_t n = std::min(kChunk, t->bytes - at);
+        reader.read(shard->file(), buffer.data(), n, t->offset + at);
+        std::string what;
+        const int64_t i = first_bad_value(*t, buffer.data(), static_cast<int64_t>(n), ck.config().n_routed_experts, &what);
+        done += n;
+        progress.update(static_cast<int64_t>(done >> 20));
+        if (i < 0) continue;
+        problems.push_back(fmt::format("{}{}: tensor {} holds {} at index {}", expert_prefix(ck.config(), t->name),
+                                       shard->path(), t->name, what, int64_t(at / width) + i));
+        break;  // one line per tensor
+      }
+    }
+  }
+  progress.finish();
+  return problems;
+}
+
 }  // namespace
 
 int inspect(const InspectOptions& o) {
-  Checkpoint ck = Checkpoint::open(o.dir);
+  Checkpoint ck = Checkpoint::open(o.dir, o.mirrors);
   const ModelConfig& c = ck.config();
 
   uint64_t dense_bytes = 0, expert_bytes = 0, mtp_bytes = 0;
@@ -69,8 +155,14 @@ int inspect(const InspectOptions& o) {
     nlohmann::json shards = nlohmann::json::array();
     for (const auto& s : ck.shards()) shards.push_back({{"path", s->path()}, {"bytes", s->size()}, {"tensors", s->tensors().size()}});
     j["shards"] = shards;
+    int code = 0;
+    if (o.deep) {
+      const std::vector<std::string> problems = deep_check(ck);
+      j["value_problems"] = problems;
+      code = problems.empty() ? 0 : 1;
+    }
     std::puts(j.dump(2).c_str());
-    return 0;
+    return code;
   }
 
   fmt::print("checkpoint  {}\n", ck.dir());
@@ -94,7 +186,16 @@ int inspect(const InspectOptions& o) {
   fmt::print("mtp         {}\n", ck.has_mtp() ? fmt::format("yes, {} layer(s), {}", c.num_mtp_layers, human(mtp_bytes)) : "no");
   fmt::print("shards      {}\n", ck.shards().size());
   for (const auto& s : ck.shards()) fmt::print("  {} ({} tensors, {})\n", s->path(), s->tensors().size(), human(s->size()));
-  return 0;
+  if (!o.deep) return 0;
+  std::fflush(stdout);
+  const std::vector<std::string> problems = deep_check(ck);
+  if (problems.empty()) {
+    fmt::print("values      every tensor's values checked: no NaN, infinity or out-of-range scale\n");
+    return 0;
+  }
+  for (const std::string& p : problems) fmt::print(stderr, "dsv4: error: {}\n", p);
+  fmt::print(stderr, "dsv4: error: {} tensor{} with bad values\n", problems.size(), problems.size() == 1 ? "" : "s");
+  return 1;
 }
 
 }  // namespace dsv4::cli

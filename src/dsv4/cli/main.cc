@@ -87,7 +87,10 @@ void add_model_options(Bindings& b, CLI::App* cmd, dsv4::cli::ModelOptions& m, b
   b.add(cmd, "ctx", m.ctx);
   b.add(cmd, "ram", m.ram);
   b.add(cmd, "io", m.io);
+  b.add(cmd, "mirror", m.mirrors);
+  b.add(cmd, "read_shares", m.read_shares);
   b.add(cmd, "demo_dir", m.demo_dir);
+  b.add(cmd, "test_io_faults", m.io_faults);
 }
 
 void add_sampling_options(Bindings& b, CLI::App* cmd, dsv4::cli::SamplingOptions& s) {
@@ -173,6 +176,8 @@ void register_inspect(CLI::App& app, Bindings& b, Commands& c) {
   auto* cmd = app.add_subcommand("inspect", "validate a checkpoint directory and describe it");
   b.add(cmd, "inspect_dir", c.inspect.dir)->required();
   b.add(cmd, "inspect_json", c.inspect.json);
+  b.add(cmd, "inspect_deep", c.inspect.deep);
+  b.add(cmd, "mirror", c.inspect.mirrors);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::inspect(c.inspect); }});
 }
 

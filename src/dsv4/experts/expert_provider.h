@@ -1,6 +1,8 @@
 // Where the forward pass gets routed experts from. The model asks for one expert at a
 // time (acquire/release) and hints what it will need next (prefetch); implementations
-// range from "everything resident" to the SSD-streaming cache.
+// range from "everything resident" to the SSD-streaming cache. An expert that cannot be
+// had (a failed read, bytes that fail validation) makes acquire() throw Error naming the
+// expert, its layer and the file: the forward pass and the request fail, nothing else.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 namespace dsv4 {
 
 class Checkpoint;
+class IoFaults;
 struct ModelConfig;
 
 struct ExpertWeights {
@@ -33,11 +36,17 @@ struct ExpertStats {
   uint64_t demand_reads = 0;      // reads that acquire() had to start itself (nothing asked earlier)
   uint64_t predicted_reads = 0;   // reads started by predict()
   uint64_t predicted_unused = 0;  // predicted reads evicted before anything acquired them
+  uint64_t expected_reads = 0;    // reads started by expect() (certain: hash-routed layers)
+  uint64_t read_requests = 0;     // read syscalls / io_uring reads behind those reads (retries included)
+  uint64_t read_windows = 0;      // the fewest requests the shard layout allows for them
+  uint64_t read_retries = 0;      // expert reads repeated on another copy or a reopened shard
+  uint64_t read_failures = 0;     // expert reads that failed on every copy
   uint64_t stalls = 0;            // acquire() calls that had to wait for a read
   double read_seconds = 0;        // wall time with at least one read in flight
   double blocked_seconds = 0;     // time the compute thread waited in acquire()
 
   double hit_rate() const { return requests ? double(hits) / double(requests) : 0.0; }
+  double requests_per_read() const { return reads ? double(read_requests) / double(reads) : 0.0; }
   double read_gbps() const { return read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0; }
   ExpertStats operator-(const ExpertStats& earlier) const;
 };
@@ -50,7 +59,11 @@ class ExpertProvider {
   // Non-blocking, weaker: these experts of `layer` will probably be needed (a guess, e.g.
   // the next layer's router applied to the current hidden state). Replaces the previous guess.
   virtual void predict(int, std::span<const int>) {}
-  // Whether predict() does anything (the engine skips computing guesses otherwise).
+  // Non-blocking, certain: these experts of `layer` will be acquired in the coming forward
+  // pass (hash-routed layers: they follow from the token ids). Replaces the layer's
+  // previous list; lists of several layers may be pending at once.
+  virtual void expect(int layer, std::span<const int> experts) { predict(layer, experts); }
+  // Whether predict() / expect() do anything (the engine skips computing guesses otherwise).
   virtual bool wants_predictions() const { return false; }
   // Non-blocking: whether acquire() would return without waiting for a read (the MoE
   // computes experts that are already here while the others are still being read).
@@ -61,6 +74,10 @@ class ExpertProvider {
   virtual ExpertStats stats() const = 0;
   // Bytes of RAM this provider holds for experts.
   virtual uint64_t resident_bytes() const = 0;
+  // Empty while storage is healthy; else one line saying what is wrong (a shard refused,
+  // replaced by a file that does not match, or deleted; experts whose last read failed).
+  // May stat the checkpoint's files.
+  virtual std::string storage_problem() { return ""; }
 };
 
 // Location of one expert's six tensors in the checkpoint (weight + scale for w1, w3, w2).
@@ -81,10 +98,17 @@ ExpertLocation locate_expert(const Checkpoint& ck, int layer, int expert);
 ExpertWeights expert_views(const Checkpoint& ck, const uint8_t* base, const uint64_t offsets[6]);
 ExpertWeights expert_views(const ModelConfig& c, const uint8_t* base, const uint64_t offsets[6]);
 
-// Reads every routed expert into RAM at start-up. Simple and fast when the model fits.
-// The main layers' experts; the MTP layer's are only read when something runs it.
-std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck);
+// Empty, or which of the expert's E8M0 scales is out of range (value_check.h: NaN or above
+// 2^32), naming the tensor; `part` (optional) is set to the bad part in ExpertLocation order.
+std::string expert_scale_problem(const ModelConfig& c, int layer, int expert, const ExpertWeights& w,
+                                 int* part = nullptr);
+
+// Reads every routed expert into RAM at start-up (validating their scales). Simple and fast
+// when the model fits. The main layers' experts; the MTP layer's are only read when something
+// runs it. `faults`: the test fault layer for those reads (null: none).
+std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, IoFaults* faults = nullptr);
 // The experts of layers [first_layer, first_layer + n_layers) (the MTP drafter's).
-std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, int first_layer, int n_layers);
+std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, int first_layer, int n_layers,
+                                                      IoFaults* faults = nullptr);
 
 }  // namespace dsv4

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "dsv4/io/checkpoint.h"
+#include "dsv4/io/schema.h"
+#include "dsv4/io/value_check.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4 {
@@ -12,6 +17,58 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A read in flight is known to the queue by its slot and the expert it is for.
+uint64_t make_tag(int slot, int32_t key) { return (uint64_t(uint32_t(key)) << 32) | uint32_t(slot); }
+int tag_slot(uint64_t tag) { return static_cast<int>(tag & 0xFFFFFFFFu); }
+int32_t tag_key(uint64_t tag) { return static_cast<int32_t>(tag >> 32); }
+
+// A read that keeps looking suspicious (a shard rewritten over and over) is given up
+// after this many repeats.
+constexpr int kMaxRetries = 4;
+
+// The copies of every shard: the checkpoint's own, then the same file name in each mirror.
+std::vector<ShardFiles::Source> shard_sources(const Checkpoint& ck, const std::vector<std::string>& shard_paths,
+                                              const std::vector<std::string>& mirrors) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> folders{ck.dir()};
+  for (const std::string& m : mirrors) {
+    if (!is_directory(m)) fail("--mirror {}: not a directory", m);
+    folders.push_back(m);
+  }
+  auto same_dir = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return fs::equivalent(a, b, ec);
+  };
+  for (size_t f = 1; f < folders.size(); ++f) {
+    for (size_t g = 0; g < f; ++g)
+      if (same_dir(folders[f], folders[g])) fail("--mirror {}: is the same folder as {}", folders[f], folders[g]);
+    const std::string config = folders[f] + "/config.json";
+    if (path_exists(config) && read_small_file(config, 16 << 20) != read_small_file(ck.dir() + "/config.json", 16 << 20))
+      fail("--mirror {}: its config.json differs from {}/config.json; a mirror must hold the same checkpoint",
+           folders[f], ck.dir());
+  }
+  std::vector<ShardFiles::Source> sources;
+  std::vector<int> found(folders.size(), 0);
+  for (const std::string& path : shard_paths) {
+    ShardFiles::Source src;
+    const std::string name = fs::path(path).filename().string();
+    int own = 0;
+    for (size_t f = 0; f < folders.size(); ++f)
+      if (same_dir(fs::path(path).parent_path().string(), folders[f])) own = static_cast<int>(f);
+    src.copies.push_back({own, path});
+    ++found[own];
+    for (size_t f = 0; f < folders.size(); ++f) {
+      if (static_cast<int>(f) == own || !path_exists(folders[f] + "/" + name)) continue;
+      src.copies.push_back({static_cast<int>(f), folders[f] + "/" + name});
+      ++found[f];
+    }
+    sources.push_back(std::move(src));
+  }
+  for (size_t f = 1; f < folders.size(); ++f)
+    if (found[f] == 0) fail("--mirror {}: holds none of the checkpoint's shards", folders[f]);
+  return sources;
 }
 
 }  // namespace
@@ -23,23 +80,44 @@ IoBackend parse_io_backend(const std::string& text) {
   fail("--io \"{}\": expected auto, uring or threads", text);
 }
 
+std::vector<double> parse_read_shares(const std::string& text) {
+  std::vector<double> shares;
+  if (text.empty()) return shares;
+  size_t begin = 0;
+  for (;;) {
+    const size_t end = text.find(',', begin);
+    const std::string item = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    char* stop = nullptr;
+    const double v = std::strtod(item.c_str(), &stop);
+    if (item.empty() || *stop != '\0' || !(v >= 0) || !std::isfinite(v))
+      fail("--read-shares \"{}\": expected non-negative numbers separated by commas, e.g. 2,1", text);
+    shares.push_back(v);
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return shares;
+}
+
 ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options)
     : options_(options), layout_(ck), n_experts_(layout_.n_experts()), config_(ck.config()) {
   if (options_.slots < 1) fail("expert store: needs at least one slot, got {}", options_.slots);
   if (options_.queue_depth < 1) fail("expert store: queue depth must be at least 1");
   slot_bytes_ = layout_.slot_bytes();
 
-  std::string refused;
-  for (const std::string& path : layout_.shard_paths()) {
-    Shard s;
-    s.path = path;
-    s.buffered = File::open_read(path);
-    if (options_.direct_io) s.direct = File::open_direct(path);
-    s.use_direct = s.direct.valid();
-    if (options_.direct_io && !s.use_direct && refused.empty()) refused = path;
-    shards_.push_back(std::move(s));
+  files_ = std::make_unique<ShardFiles>(shard_sources(ck, layout_.shard_paths(), options_.mirrors),
+                                        options_.direct_io, options_.quiet);
+  if (options_.direct_io && !files_->all_direct()) {
+    for (int s = 0; s < files_->shard_count(); ++s)
+      for (int c : files_->copies_of(s))
+        if (files_->fds(c).read_fd == files_->fds(c).buffered_fd) {
+          note_buffered(*files_->fds(c).path);
+          break;
+        }
   }
-  if (!refused.empty()) note_buffered(refused);
+  const int folders = files_->folder_count();
+  if (!options_.read_shares.empty() && static_cast<int>(options_.read_shares.size()) != folders)
+    fail("--read-shares: {} shares given for {} folders (-m DIR's, then each --mirror)", options_.read_shares.size(),
+         folders);
 
   // One buffer for all slots (slot_bytes_ is a multiple of the O_DIRECT alignment). It is
   // in huge pages like every large weight buffer, and nothing is resident until a read
@@ -54,16 +132,115 @@ ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options
   slots_.resize(static_cast<size_t>(options_.slots));
   slot_of_.assign(static_cast<size_t>(layout_.n_layers()) * n_experts_, -1);
 
-  auto done = [this](uint64_t slot, const ReadOutcome& outcome) { on_read_done(slot, outcome); };
-  if (options_.backend != IoBackend::kThreads) queue_ = make_uring_read_queue(options_.queue_depth, done);
+  auto done = [this](uint64_t tag, const ReadOutcome& outcome) { on_read_done(tag, outcome); };
+  if (options_.backend != IoBackend::kThreads)
+    queue_ = make_uring_read_queue(options_.queue_depth, done, options_.faults);
   if (!queue_) {
     if (options_.backend == IoBackend::kUring) fail("expert store: io_uring is not available here");
-    queue_ = make_thread_read_queue(options_.queue_depth, done);
+    queue_ = make_thread_read_queue(options_.queue_depth, done, options_.faults);
   }
+
+  if (!options_.read_shares.empty()) {
+    shares_ = options_.read_shares;
+  } else if (folders > 1) {
+    shares_ = measure_shares();
+  } else {
+    shares_ = {1.0};
+  }
+  double total = 0;
+  for (double s : shares_) {
+    if (!(s >= 0) || !std::isfinite(s)) fail("expert store: read shares must be non-negative numbers");
+    total += s;
+  }
+  if (!(total > 0)) fail("--read-shares: the shares add up to zero");
+  for (double& s : shares_) s /= total;
 }
 
 ExpertStore::~ExpertStore() {
   queue_->stop();  // waits for reads in flight (they write into the slots); the queue stays valid meanwhile
+}
+
+// Each folder's read bandwidth with the store's own pattern: whole experts, O_DIRECT into
+// the (still unused) slots, queue_depth reads in flight, experts spread over the layers.
+std::vector<double> ExpertStore::measure_shares() {
+  const int folders = files_->folder_count();
+  const int n = std::max(2 * options_.queue_depth, 8);
+  std::vector<double> gbps(static_cast<size_t>(folders), 0.0);
+  const int depth = std::min<int>(options_.queue_depth, static_cast<int>(slots_.size()));
+  for (int f = 0; f < folders; ++f) {
+    std::mutex m;
+    std::condition_variable cv;
+    int in_flight = 0;
+    uint64_t bytes = 0;
+    std::string error;
+    auto done = [&](uint64_t, const ReadOutcome& o) {
+      std::lock_guard<std::mutex> lock(m);
+      --in_flight;
+      if (!o.error.empty() && error.empty()) error = o.error;
+      cv.notify_all();
+    };
+    std::unique_ptr<ReadQueue> q;
+    if (options_.backend != IoBackend::kThreads) q = make_uring_read_queue(depth, done, options_.faults);
+    if (!q) q = make_thread_read_queue(depth, done, options_.faults);
+    const double t0 = now_seconds();
+    for (int i = 0; i < n; ++i) {
+      // Experts spread over the layers and ids, each whole from this folder's copies.
+      const int64_t total = int64_t(layout_.n_layers()) * n_experts_;
+      const int32_t k = static_cast<int32_t>((int64_t(i) * 7919 + 13) % total);
+      const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
+      uint8_t* base = slot_memory_.data() + static_cast<size_t>(i % depth) * slot_bytes_;
+      std::vector<ReadOp> ops;
+      for (const ReadWindow& w : plan.windows) {
+        int copy = -1;
+        for (int c : files_->copies_of(w.shard))
+          if (files_->folder_of(c) == f) copy = c;
+        if (copy < 0) continue;  // this folder lacks the shard: not part of its measure
+        const ShardFiles::Fds fds = files_->fds(copy);
+        ReadOp op;
+        op.fd = fds.read_fd;
+        op.buffered_fd = fds.buffered_fd;
+        op.shard = copy;
+        op.path = fds.path;
+        op.offset = w.file_offset;
+        op.length = w.length;
+        op.needed = w.needed;
+        op.dst = base + w.slot_offset;
+        ops.push_back(op);
+        bytes += w.length;
+      }
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return in_flight < depth; });
+      ++in_flight;
+      lock.unlock();
+      q->submit(uint64_t(i), std::move(ops));
+    }
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return in_flight == 0; });
+    }
+    const double seconds = now_seconds() - t0;
+    q->stop();
+    if (!error.empty()) fail("expert store: measuring the read speed of folder {}: {}", f, error);
+    gbps[f] = seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0;
+  }
+  if (!options_.quiet) {
+    std::string line = "dsv4: expert read speed per folder:";
+    for (int f = 0; f < folders; ++f) line += fmt::format(" {:.2f} GB/s", gbps[f]);
+    std::fprintf(stderr, "%s (reads shared in proportion)\n", line.c_str());
+  }
+  return gbps;
+}
+
+int ExpertStore::folder_of(int layer, int expert) const {
+  // A low-discrepancy walk over [0, 1): consecutive keys spread evenly, so each folder's
+  // share of the experts (and of any layer's experts) follows its read share.
+  const double u = std::fmod(double(key(layer, expert) + 1) * 0.6180339887498949, 1.0);
+  double edge = 0;
+  for (size_t f = 0; f + 1 < shares_.size(); ++f) {
+    edge += shares_[f];
+    if (u < edge) return static_cast<int>(f);
+  }
+  return static_cast<int>(shares_.size()) - 1;
 }
 
 void ExpertStore::note_buffered(const std::string& path) {
@@ -73,11 +250,8 @@ void ExpertStore::note_buffered(const std::string& path) {
                path.c_str());
 }
 
-bool ExpertStore::direct_io() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const Shard& s : shards_)
-    if (!s.use_direct) return false;
-  return true;
+std::string ExpertStore::expert_name(int32_t k) const {
+  return fmt::format("expert {} of layer {}", k % n_experts_, k / n_experts_);
 }
 
 void ExpertStore::check_key(int layer, int expert) const {
@@ -100,7 +274,7 @@ int ExpertStore::find_victim(bool allow_reserved) const {
 }
 
 void ExpertStore::submit(Submissions& out) {
-  for (Submission& s : out) queue_->submit(s.slot, std::move(s.ops));
+  for (Submission& s : out) queue_->submit(s.tag, std::move(s.ops));
   out.clear();
 }
 
@@ -115,42 +289,76 @@ void ExpertStore::start_read(int v, int32_t k, Origin origin, Submissions& out) 
   s.state = State::kLoading;
   s.origin = origin;
   s.fresh = false;
-  s.unused_prediction = origin == Origin::kPredict;
+  s.unused_prediction = origin == Origin::kPredict || origin == Origin::kExpect;
   s.error.clear();
+  s.bad_copies.clear();
+  s.failures.clear();
+  s.retries = 0;
   s.last_use = ++clock_;
   slot_of_[k] = v;
   if (origin == Origin::kPredict) {
     ++stats_.predicted_reads;
-    ++predicted_unused_slots_;
     ++loading_predicted_;
   }
+  if (s.unused_prediction) ++predicted_unused_slots_;
+  if (origin == Origin::kExpect) ++stats_.expected_reads;
   if (origin == Origin::kDemand) ++stats_.demand_reads;
 
   const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
+  s.weights = expert_views(config_, slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_, plan.part_offsets);
+  if (loading_++ == 0) busy_since_ = now_seconds();
+  if (!issue(v, out)) {  // cannot happen on a first try: every shard has a copy
+    s.failures = "no copy of its shards to read";
+    finish_read(s);
+    s.state = State::kFailed;
+    s.error = fmt::format("{}: {}", expert_name(k), s.failures);
+  }
+}
+
+bool ExpertStore::issue(int v, Submissions& out) {
+  Slot& s = slots_[v];
+  const int32_t k = s.key;
+  const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
+  const int preferred = folder_of(k / n_experts_, k % n_experts_);
+  auto bad = [&](int c) { return std::find(s.bad_copies.begin(), s.bad_copies.end(), c) != s.bad_copies.end(); };
   uint8_t* base = slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_;
   std::vector<ReadOp> ops;
+  s.copies.clear();
+  s.fds.clear();
   for (const ReadWindow& w : plan.windows) {
-    const Shard& sh = shards_[w.shard];
+    // The preferred folder's copy, else any copy not refused, else any not yet failed
+    // (reading a refused copy re-checks it, which reopens a shard restored meanwhile).
+    int pick = -1, fallback = -1;
+    for (int c : files_->copies_of(w.shard)) {
+      if (bad(c)) continue;
+      if (fallback < 0) fallback = c;
+      if (files_->refused(c)) continue;
+      if (pick < 0 || files_->folder_of(c) == preferred) pick = c;
+    }
+    if (pick < 0) pick = fallback;
+    if (pick < 0) return false;
+    const ShardFiles::Fds fds = files_->fds(pick);
     ReadOp op;
-    op.fd = sh.use_direct ? sh.direct.fd() : sh.buffered.fd();
-    op.buffered_fd = sh.buffered.fd();
-    op.shard = w.shard;
-    op.path = &sh.path;
+    op.fd = fds.read_fd;
+    op.buffered_fd = fds.buffered_fd;
+    op.shard = pick;
+    op.path = fds.path;
     op.offset = w.file_offset;
     op.length = w.length;
     op.needed = w.needed;
     op.dst = base + w.slot_offset;
     ops.push_back(op);
+    s.copies.push_back(pick);
+    s.fds.push_back(fds.read_fd);
   }
-  s.weights = expert_views(config_, base, plan.part_offsets);
-  if (loading_++ == 0) busy_since_ = now_seconds();
-  out.push_back({static_cast<uint64_t>(v), std::move(ops)});
+  out.push_back({make_tag(v, k), std::move(ops)});
+  return true;
 }
 
 void ExpertStore::pump(Submissions& out) {
-  // Needed experts first, in the order they will be acquired. Only queue_depth reads are
-  // handed to the queue at a time, so a later, more urgent request never waits behind a
-  // long list of queued guesses.
+  // Needed experts first, in the order they will be acquired, then the certain ones of the
+  // coming layers. Only queue_depth reads are handed to the queue at a time, so a later,
+  // more urgent request never waits behind a long list of queued guesses.
   while (!want_needed_.empty() && loading_ < options_.queue_depth) {
     const int32_t k = want_needed_.front();
     if (slot_of_[k] >= 0) {
@@ -166,6 +374,18 @@ void ExpertStore::pump(Submissions& out) {
   if (!want_needed_.empty()) return;
   const int cap = options_.max_predicted_slots >= 0 ? options_.max_predicted_slots
                                                      : std::max<int>(1, static_cast<int>(slots_.size() / 2));
+  while (!want_expected_.empty() && loading_ < options_.queue_depth && predicted_unused_slots_ < cap) {
+    const int32_t k = want_expected_.front();
+    if (slot_of_[k] >= 0) {
+      want_expected_.pop_front();
+      continue;
+    }
+    const int v = find_victim(false);
+    if (v < 0) break;
+    want_expected_.pop_front();
+    start_read(v, k, Origin::kExpect, out);
+  }
+  if (!want_expected_.empty()) return;
   const bool idle_only = options_.max_predicted_in_flight >= 0;
   if (idle_only && loading_ > loading_predicted_) return;  // a needed read is in flight
   const int max_guesses = idle_only ? options_.max_predicted_in_flight : options_.queue_depth;
@@ -183,29 +403,93 @@ void ExpertStore::pump(Submissions& out) {
   }
 }
 
-void ExpertStore::on_read_done(uint64_t v, const ReadOutcome& outcome) {
+void ExpertStore::finish_read(Slot& s) {
+  if (--loading_ == 0) stats_.read_seconds += now_seconds() - busy_since_;
+  if (s.origin == Origin::kPredict) --loading_predicted_;
+}
+
+void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
+  const int v = tag_slot(tag);
+  const int32_t k = tag_key(tag);
+  for (int copy : outcome.refused_direct)
+    if (files_->stop_direct(copy)) note_buffered(*files_->fds(copy).path);
+
+  // Outside the cache lock: the slot is ours while it loads. Which copies served it, and
+  // are they still the files we validated (size, header, same inode)?
+  std::vector<int> copies, fds;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    copies = slots_[v].copies;
+    fds = slots_[v].fds;
+  }
+  files_->check_now_and_then(now_seconds());
+  bool retry = false;
+  int bad_copy = -1;
+  std::string problem;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    std::string why;
+    const bool failed = !outcome.error.empty() && outcome.failed_shard == copies[i];
+    const ShardFiles::Verdict verdict = files_->after_read(copies[i], fds[i], failed, &why);
+    if (verdict == ShardFiles::Verdict::kRetry) {
+      retry = true;  // reopened (or rewritten with the same header): read it again
+    } else if (bad_copy < 0 && (verdict == ShardFiles::Verdict::kRefused || failed)) {
+      bad_copy = copies[i];
+      problem = verdict == ShardFiles::Verdict::kRefused ? why : outcome.error;
+    }
+  }
+  if (bad_copy < 0 && !retry) {
+    int part = -1;
+    const ExpertReadPlan& at = layout_.plan(k / n_experts_, k % n_experts_);
+    const ExpertWeights w =
+        expert_views(config_, slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_, at.part_offsets);
+    problem = expert_scale_problem(config_, k / n_experts_, k % n_experts_, w, &part);
+    if (!problem.empty()) {
+      // Blame the copy whose window holds the bad part.
+      const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
+      for (size_t i = 0; i < plan.windows.size() && i < copies.size(); ++i) {
+        const ReadWindow& w = plan.windows[i];
+        if (plan.part_offsets[part] >= w.slot_offset && plan.part_offsets[part] < w.slot_offset + w.length)
+          bad_copy = copies[i];
+      }
+      problem = fmt::format("{}: {}", *files_->fds(bad_copy).path, problem);
+    }
+  }
+
   Submissions out;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (--loading_ == 0) stats_.read_seconds += now_seconds() - busy_since_;
-  if (slots_[v].origin == Origin::kPredict) --loading_predicted_;
-  for (int shard : outcome.refused_direct) {
-    shards_[shard].use_direct = false;
-    note_buffered(shards_[shard].path);
-  }
   Slot& s = slots_[v];
-  if (outcome.error.empty()) {
-    const ExpertReadPlan& plan = layout_.plan(s.key / n_experts_, s.key % n_experts_);
-    s.state = State::kReady;
-    s.fresh = true;
-    ++stats_.reads;
-    stats_.bytes_read += plan.read_bytes;
-  } else {
-    s.state = State::kFailed;
-    s.error = outcome.error;
+  stats_.read_requests += outcome.requests;
+  bool again = false;
+  if (bad_copy >= 0 || (retry && s.retries >= kMaxRetries)) {
+    if (bad_copy < 0) problem = "the shard kept changing while it was read";
+    if (bad_copy >= 0) s.bad_copies.push_back(bad_copy);
+    s.failures += (s.failures.empty() ? "" : "; then ") + problem;
+    again = bad_copy >= 0 && issue(v, out);  // another copy, if one is left
+    if (again) ++stats_.read_retries;
+  } else if (retry) {
+    ++s.retries;
+    again = issue(v, out);
+    ++stats_.read_retries;
   }
-  pump(out);
+  if (!again) {
+    finish_read(s);
+    if (bad_copy >= 0 || retry) {
+      s.state = State::kFailed;
+      s.error = fmt::format("{}: {}", expert_name(k), s.failures);
+      ++stats_.read_failures;
+    } else {
+      const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
+      s.state = State::kReady;
+      s.fresh = true;
+      ++stats_.reads;
+      stats_.bytes_read += plan.read_bytes;
+      stats_.read_windows += plan.windows.size();
+      failed_.erase(k);
+    }
+    pump(out);
+  }
   lock.unlock();
-  ready_.notify_all();
+  if (!again) ready_.notify_all();
   submit(out);
 }
 
@@ -226,7 +510,9 @@ void ExpertStore::prefetch(int layer, std::span<const int> experts) {
   // The layer's routing is known now: its guesses still queued are moot, and those it does
   // not need were wrong: evict them first, so a bad guess costs one read but never pushes a
   // useful expert out of the cache.
-  std::erase_if(want_predicted_, [&](int32_t k) { return k / n_experts_ == layer; });
+  auto of_layer = [&](int32_t k) { return k / n_experts_ == layer; };
+  std::erase_if(want_predicted_, of_layer);
+  std::erase_if(want_expected_, of_layer);
   for (Slot& s : slots_) {
     if (s.unused_prediction && s.key / n_experts_ == layer && !reserved(s) && s.state != State::kLoading)
       s.last_use = 0;
@@ -245,6 +531,26 @@ void ExpertStore::predict(int layer, std::span<const int> experts) {
     check_key(layer, e);
     if (slot_of_[key(layer, e)] < 0) want_predicted_.push_back(key(layer, e));
   }
+  pump(out);
+  lock.unlock();
+  submit(out);
+}
+
+void ExpertStore::expect(int layer, std::span<const int> experts) {
+  if (!options_.predict) return;
+  Submissions out;
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Replace this layer's list, keeping the queue in layer order (the order of need).
+  std::erase_if(want_expected_, [&](int32_t k) { return k / n_experts_ == layer; });
+  auto at = std::find_if(want_expected_.begin(), want_expected_.end(),
+                         [&](int32_t k) { return k / n_experts_ > layer; });
+  std::vector<int32_t> keys;
+  for (int e : experts) {
+    check_key(layer, e);
+    const int32_t k = key(layer, e);
+    if (slot_of_[k] < 0 && std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  }
+  want_expected_.insert(at, keys.begin(), keys.end());
   pump(out);
   lock.unlock();
   submit(out);
@@ -291,7 +597,9 @@ const ExpertWeights& ExpertStore::acquire(int layer, int expert) {
     stats_.blocked_seconds += now_seconds() - t0;
   }
   if (s.state == State::kFailed) {
+    // This request fails; the slot is freed, so the next request reads the expert again.
     const std::string error = s.error;
+    failed_[k] = error;
     slot_of_[k] = -1;
     s.key = -1;
     s.state = State::kFree;
@@ -340,5 +648,19 @@ ExpertStats ExpertStore::stats() const {
 }
 
 uint64_t ExpertStore::resident_bytes() const { return slot_memory_.size(); }
+
+std::string ExpertStore::storage_problem() {
+  std::vector<std::string> problems = files_->check_all();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failed_.empty())
+      problems.push_back(fmt::format("{} expert{} failed to load for a request and {} not been read since ({})",
+                                     failed_.size(), failed_.size() == 1 ? "" : "s",
+                                     failed_.size() == 1 ? "has" : "have", failed_.begin()->second));
+  }
+  std::string line;
+  for (const std::string& p : problems) line += (line.empty() ? "" : "; ") + p;
+  return line;
+}
 
 }  // namespace dsv4

@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "dsv4/util/io_faults.h"
+
 namespace dsv4 {
 namespace {
 
@@ -33,6 +35,14 @@ std::string eof_error(const ReadOp& op, uint64_t at) {
                      at);
 }
 
+// The fault layer's verdict on one read (a plain read when there is no fault layer).
+IoFaults::Action consult(IoFaults* faults, const ReadOp& op, uint64_t at, uint64_t length) {
+  if (faults) return faults->before_read(*op.path, at, length);
+  IoFaults::Action a;
+  a.length = length;
+  return a;
+}
+
 void note_refused(Job& job, int shard) {
   for (int s : job.outcome.refused_direct)
     if (s == shard) return;
@@ -44,7 +54,8 @@ void note_refused(Job& job, int shard) {
 
 class ThreadReadQueue final : public ReadQueue {
  public:
-  ThreadReadQueue(int threads, Done done) : done_(std::move(done)) {
+  ThreadReadQueue(int threads, Done done, std::shared_ptr<IoFaults> faults)
+      : done_(std::move(done)), faults_(std::move(faults)) {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
   ~ThreadReadQueue() override { stop(); }
@@ -86,22 +97,36 @@ class ThreadReadQueue final : public ReadQueue {
     }
   }
 
-  static void read_op(Job& job, ReadOp& op) {
+  void read_op(Job& job, ReadOp& op) {
     uint64_t got = 0;
     while (got < op.needed) {
-      ssize_t n = ::pread(op.fd, op.dst + got, op.length - got, static_cast<off_t>(op.offset + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EINVAL && op.fd != op.buffered_fd) {
+      const uint64_t at = op.offset + got;
+      const IoFaults::Action a = consult(faults_.get(), op, at, op.length - got);
+      ++job.outcome.requests;
+      ssize_t n = 0;
+      int err = 0;
+      if (a.error) {
+        n = -1;
+        err = a.error;
+      } else if (!a.eof) {
+        n = ::pread(op.fd, op.dst + got, a.length, static_cast<off_t>(at));
+        err = n < 0 ? errno : 0;
+      }
+      if (a.not_before > 0) IoFaults::wait_until(a.not_before);
+      if (n < 0 && err == EINTR) continue;
+      if (n < 0 && err == EINVAL && op.fd != op.buffered_fd) {
         op.fd = op.buffered_fd;  // the kernel refused O_DIRECT here: read through the page cache
         note_refused(job, op.shard);
         continue;
       }
       if (n < 0) {
-        job.outcome.error = read_error(op, op.offset + got, errno);
+        job.outcome.error = read_error(op, at, err);
+        job.outcome.failed_shard = op.shard;
         return;
       }
       if (n == 0) {
-        job.outcome.error = eof_error(op, op.offset + got);
+        job.outcome.error = eof_error(op, at);
+        job.outcome.failed_shard = op.shard;
         return;
       }
       got += static_cast<uint64_t>(n);
@@ -109,6 +134,7 @@ class ThreadReadQueue final : public ReadQueue {
   }
 
   Done done_;
+  std::shared_ptr<IoFaults> faults_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -118,12 +144,14 @@ class ThreadReadQueue final : public ReadQueue {
 
 // ---------------------------------------------------------------------------------------
 // io_uring: the I/O thread owns the ring. Submitters append to `incoming_` and poke an
-// eventfd, which the ring itself reads, so the thread only ever sleeps in one place.
+// eventfd, which the ring itself reads, so the thread only ever sleeps in one place. Reads
+// the fault layer fails never reach the kernel (their results wait in `synthetic_`), and
+// reads it slows down wait in `parked_` until their modelled completion time.
 
 class UringReadQueue final : public ReadQueue {
  public:
-  static std::unique_ptr<UringReadQueue> create(int depth, Done done) {
-    auto q = std::unique_ptr<UringReadQueue>(new UringReadQueue(depth, std::move(done)));
+  static std::unique_ptr<UringReadQueue> create(int depth, Done done, std::shared_ptr<IoFaults> faults) {
+    auto q = std::unique_ptr<UringReadQueue>(new UringReadQueue(depth, std::move(done), std::move(faults)));
     if (io_uring_queue_init(static_cast<unsigned>(std::max(8, depth * 8 + 2)), &q->ring_, 0) < 0) return nullptr;
     q->ring_ready_ = true;
     q->wake_fd_ = eventfd(0, EFD_CLOEXEC);
@@ -160,14 +188,20 @@ class UringReadQueue final : public ReadQueue {
     Job* job = nullptr;
     ReadOp* op = nullptr;
     uint64_t got = 0;
+    double not_before = 0;  // fault layer's rate: completion is reported no earlier
   };
   struct Active {
     std::unique_ptr<Job> job;
     std::vector<OpState> ops;
     size_t remaining = 0;
   };
+  struct Result {
+    OpState* op;
+    int res;
+  };
 
-  UringReadQueue(int depth, Done done) : depth_(depth), done_(std::move(done)) {}
+  UringReadQueue(int depth, Done done, std::shared_ptr<IoFaults> faults)
+      : depth_(depth), done_(std::move(done)), faults_(std::move(faults)) {}
 
   void poke() {
     uint64_t one = 1;
@@ -187,11 +221,18 @@ class UringReadQueue final : public ReadQueue {
   }
 
   void queue_read(OpState* s) {
-    io_uring_sqe* sqe = get_sqe();
     const ReadOp& op = *s->op;
-    io_uring_prep_read(sqe, op.fd, op.dst + s->got, static_cast<unsigned>(op.length - s->got), op.offset + s->got);
-    io_uring_sqe_set_data(sqe, s);
+    const IoFaults::Action a = consult(faults_.get(), op, op.offset + s->got, op.length - s->got);
+    ++s->job->outcome.requests;
     ++in_flight_ops_;
+    s->not_before = a.not_before;
+    if (a.error || a.eof) {
+      synthetic_.push_back({s, a.error ? -a.error : 0});
+      return;
+    }
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_read(sqe, op.fd, op.dst + s->got, static_cast<unsigned>(a.length), op.offset + s->got);
+    io_uring_sqe_set_data(sqe, s);
   }
 
   void arm_wake() {
@@ -212,15 +253,56 @@ class UringReadQueue final : public ReadQueue {
       return false;
     }
     if (res < 0) {
-      if (job.outcome.error.empty()) job.outcome.error = read_error(op, op.offset + s->got, -res);
+      if (job.outcome.error.empty()) {
+        job.outcome.error = read_error(op, op.offset + s->got, -res);
+        job.outcome.failed_shard = op.shard;
+      }
       return true;
     }
     if (res == 0) {
-      if (s->got < op.needed && job.outcome.error.empty()) job.outcome.error = eof_error(op, op.offset + s->got);
+      if (s->got < op.needed && job.outcome.error.empty()) {
+        job.outcome.error = eof_error(op, op.offset + s->got);
+        job.outcome.failed_shard = op.shard;
+      }
       return true;
     }
     s->got += static_cast<uint64_t>(res);
     return s->got >= op.needed;  // the slack after `needed` may lie past the end of the file
+  }
+
+  void handle(std::list<Active>& active, OpState* s, int res) {
+    --in_flight_ops_;
+    if (!on_result(s, res)) {
+      queue_read(s);
+      return;
+    }
+    for (auto it = active.begin(); it != active.end(); ++it) {
+      if (it->job.get() == s->job) {
+        if (--it->remaining == 0) finish(active, it);
+        break;
+      }
+    }
+  }
+
+  // Submits what is queued and waits for at least one completion, or less when results
+  // are already waiting (synthetic) or a parked read's time comes first.
+  void submit_and_wait() {
+    if (!synthetic_.empty()) {
+      io_uring_submit(&ring_);
+      return;
+    }
+    if (parked_.empty()) {
+      io_uring_submit_and_wait(&ring_, 1);
+      return;
+    }
+    double first = parked_.front().op->not_before;
+    for (const Result& r : parked_) first = std::min(first, r.op->not_before);
+    const double wait = std::max(0.0, first - IoFaults::now());
+    __kernel_timespec ts;
+    ts.tv_sec = static_cast<int64_t>(wait);
+    ts.tv_nsec = static_cast<int64_t>((wait - double(ts.tv_sec)) * 1e9);
+    io_uring_cqe* cqe = nullptr;
+    io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
   }
 
   void run() {
@@ -243,14 +325,15 @@ class UringReadQueue final : public ReadQueue {
         a.ops.resize(a.job->ops.size());
         a.remaining = a.ops.size();
         for (size_t i = 0; i < a.ops.size(); ++i) {
-          a.ops[i] = OpState{a.job.get(), &a.job->ops[i], 0};
+          a.ops[i] = OpState{a.job.get(), &a.job->ops[i], 0, 0};
           queue_read(&a.ops[i]);
         }
         if (a.remaining == 0) finish(active, std::prev(active.end()));
       }
       if (!wake_armed_ && !stopping) arm_wake();
-      io_uring_submit_and_wait(&ring_, 1);
+      submit_and_wait();
       io_uring_cqe* cqe;
+      std::vector<Result> done;
       while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
         auto* s = static_cast<OpState*>(io_uring_cqe_get_data(cqe));
         const int res = cqe->res;
@@ -259,18 +342,25 @@ class UringReadQueue final : public ReadQueue {
           wake_armed_ = false;
           continue;
         }
-        --in_flight_ops_;
-        if (!on_result(s, res)) {
-          queue_read(s);
-          continue;
-        }
-        for (auto it = active.begin(); it != active.end(); ++it) {
-          if (it->job.get() == s->job) {
-            if (--it->remaining == 0) finish(active, it);
-            break;
-          }
+        if (s->not_before > 0) {
+          parked_.push_back({s, res});
+        } else {
+          done.push_back({s, res});
         }
       }
+      const double now = parked_.empty() ? 0 : IoFaults::now();
+      for (size_t i = 0; i < parked_.size();) {
+        if (parked_[i].op->not_before <= now) {
+          done.push_back(parked_[i]);
+          parked_[i] = parked_.back();
+          parked_.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      done.insert(done.end(), synthetic_.begin(), synthetic_.end());
+      synthetic_.clear();
+      for (const Result& r : done) handle(active, r.op, r.res);
     }
   }
 
@@ -282,12 +372,14 @@ class UringReadQueue final : public ReadQueue {
 
   const int depth_;
   Done done_;
+  std::shared_ptr<IoFaults> faults_;
   io_uring ring_{};
   bool ring_ready_ = false;
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;
   bool wake_armed_ = false;
-  int in_flight_ops_ = 0;
+  int in_flight_ops_ = 0;  // reads in the kernel, parked or with a synthetic result
+  std::vector<Result> synthetic_, parked_;
   std::thread thread_;
   std::mutex mutex_;
   std::deque<std::unique_ptr<Job>> incoming_;
@@ -296,12 +388,13 @@ class UringReadQueue final : public ReadQueue {
 
 }  // namespace
 
-std::unique_ptr<ReadQueue> make_uring_read_queue(int depth, ReadQueue::Done done) {
-  return UringReadQueue::create(depth, std::move(done));
+std::unique_ptr<ReadQueue> make_uring_read_queue(int depth, ReadQueue::Done done, std::shared_ptr<IoFaults> faults) {
+  return UringReadQueue::create(depth, std::move(done), std::move(faults));
 }
 
-std::unique_ptr<ReadQueue> make_thread_read_queue(int threads, ReadQueue::Done done) {
-  return std::make_unique<ThreadReadQueue>(threads, std::move(done));
+std::unique_ptr<ReadQueue> make_thread_read_queue(int threads, ReadQueue::Done done,
+                                                  std::shared_ptr<IoFaults> faults) {
+  return std::make_unique<ThreadReadQueue>(threads, std::move(done), std::move(faults));
 }
 
 }  // namespace dsv4

@@ -1,7 +1,8 @@
 // Asynchronous reads of expert windows into cache slots, with a few requests in flight.
 // Two implementations: io_uring (one I/O thread owns the ring) and a small pool of pread
 // threads (the fallback where io_uring cannot be set up). Completions are reported through
-// a callback on the queue's own thread; the callback may submit more work.
+// a callback on the queue's own thread; the callback may submit more work. Both consult an
+// optional fault layer (util/io_faults.h) before every read syscall.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,12 @@
 
 namespace dsv4 {
 
+class IoFaults;
+
 struct ReadOp {
   int fd = -1;           // descriptor to read (O_DIRECT when the filesystem allows it)
   int buffered_fd = -1;  // fallback if the kernel refuses the direct read (EINVAL)
-  int shard = 0;         // for reporting
+  int shard = 0;         // the caller's file id (reported back on failure and O_DIRECT refusal)
   const std::string* path = nullptr;
   uint64_t offset = 0;   // aligned for O_DIRECT
   uint64_t length = 0;   // aligned; may run past the end of the file
@@ -24,8 +27,10 @@ struct ReadOp {
 };
 
 struct ReadOutcome {
-  std::string error;                 // empty on success; else one line naming the shard
+  std::string error;                 // empty on success; else one line naming the file
+  int failed_shard = -1;             // ReadOp::shard of the op that failed
   std::vector<int> refused_direct;   // shards whose O_DIRECT read was refused (fell back)
+  uint32_t requests = 0;             // read syscalls / io_uring reads the job took
 };
 
 class ReadQueue {
@@ -42,8 +47,10 @@ class ReadQueue {
 };
 
 // io_uring with up to `depth` jobs in flight; null if io_uring cannot be set up here.
-std::unique_ptr<ReadQueue> make_uring_read_queue(int depth, ReadQueue::Done done);
+std::unique_ptr<ReadQueue> make_uring_read_queue(int depth, ReadQueue::Done done,
+                                                 std::shared_ptr<IoFaults> faults = nullptr);
 // `threads` pread workers, one job each at a time.
-std::unique_ptr<ReadQueue> make_thread_read_queue(int threads, ReadQueue::Done done);
+std::unique_ptr<ReadQueue> make_thread_read_queue(int threads, ReadQueue::Done done,
+                                                  std::shared_ptr<IoFaults> faults = nullptr);
 
 }  // namespace dsv4

@@ -3,6 +3,7 @@
 #include "dsv4/experts/expert_provider.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
+#include "dsv4/io/value_check.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 
@@ -35,6 +36,11 @@ ExpertStats ExpertStats::operator-(const ExpertStats& e) const {
   d.demand_reads = demand_reads - e.demand_reads;
   d.predicted_reads = predicted_reads - e.predicted_reads;
   d.predicted_unused = predicted_unused - e.predicted_unused;
+  d.expected_reads = expected_reads - e.expected_reads;
+  d.read_requests = read_requests - e.read_requests;
+  d.read_windows = read_windows - e.read_windows;
+  d.read_retries = read_retries - e.read_retries;
+  d.read_failures = read_failures - e.read_failures;
   d.stalls = stalls - e.stalls;
   d.read_seconds = read_seconds - e.read_seconds;
   d.blocked_seconds = blocked_seconds - e.blocked_seconds;
@@ -62,15 +68,28 @@ ExpertWeights expert_views(const ModelConfig& c, const uint8_t* base, const uint
   return w;
 }
 
+std::string expert_scale_problem(const ModelConfig& c, int layer, int expert, const ExpertWeights& w, int* part) {
+  static const char* kScales[3] = {"w1.scale", "w3.scale", "w2.scale"};
+  const kernels::Matrix* m[3] = {&w.w1, &w.w3, &w.w2};
+  for (int i = 0; i < 3; ++i) {
+    const int64_t bad = find_bad_e8m0(m[i]->scales, m[i]->scale_bytes());
+    if (bad < 0) continue;
+    if (part) *part = 2 * i + 1;
+    return fmt::format("tensor {}ffn.experts.{}.{} holds the E8M0 scale {} at index {}; scales above 2^32 are refused",
+                       layer_prefix(c, layer), expert, kScales[i], describe_e8m0(m[i]->scales[bad]), bad);
+  }
+  return "";
+}
+
 namespace {
 
 class ResidentExperts final : public ExpertProvider {
  public:
-  ResidentExperts(const Checkpoint& ck, int first_layer, int n_layers) : first_layer_(first_layer) {
+  ResidentExperts(const Checkpoint& ck, int first_layer, int n_layers, IoFaults* faults) : first_layer_(first_layer) {
     const ModelConfig& c = ck.config();
     n_experts_ = c.n_routed_experts;
     experts_.resize(static_cast<size_t>(n_layers) * n_experts_);
-    BulkReader reader;
+    BulkReader reader(faults);
     for (int l = first_layer; l < first_layer + n_layers; ++l) {
       for (int e = 0; e < n_experts_; ++e) {
         ExpertLocation loc = locate_expert(ck, l, e);
@@ -84,6 +103,9 @@ class ResidentExperts final : public ExpertProvider {
         for (int i = 0; i < 6; ++i)
           reader.read(loc.parts[i].shard->file(), s.buffer.data() + offsets[i], loc.parts[i].bytes, loc.parts[i].offset);
         s.weights = expert_views(ck, s.buffer.data(), offsets);
+        int part = 0;
+        const std::string problem = expert_scale_problem(c, l, e, s.weights, &part);
+        if (!problem.empty()) fail("expert {} of layer {}: {}: {}", e, l, loc.parts[part].shard->path(), problem);
         bytes_ += total;
       }
     }
@@ -115,12 +137,13 @@ class ResidentExperts final : public ExpertProvider {
 
 }  // namespace
 
-std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck) {
-  return std::make_unique<ResidentExperts>(ck, 0, ck.config().num_layers);
+std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, IoFaults* faults) {
+  return std::make_unique<ResidentExperts>(ck, 0, ck.config().num_layers, faults);
 }
 
-std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, int first_layer, int n_layers) {
-  return std::make_unique<ResidentExperts>(ck, first_layer, n_layers);
+std::unique_ptr<ExpertProvider> make_resident_experts(const Checkpoint& ck, int first_layer, int n_layers,
+                                                      IoFaults* faults) {
+  return std::make_unique<ResidentExperts>(ck, first_layer, n_layers, faults);
 }
 
 }  // namespace dsv4

@@ -152,6 +152,20 @@ std::vector<TensorInfo> SafetensorsFile::parse_header(std::string_view header_js
   return tensors;
 }
 
+std::string read_raw_header(const File& file) {
+  const uint64_t size = file.size();
+  if (size < 8) fail("{}: too short to be a safetensors file ({} bytes)", file.path(), size);
+  uint8_t len_bytes[8];
+  file.read_exact(len_bytes, 8, 0);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kMaxSafetensorsHeader || header_len > size - 8)
+    fail("{}: header length {} is implausible for a file of {} bytes", file.path(), header_len, size);
+  std::string raw(static_cast<size_t>(8 + header_len), '\0');
+  file.read_exact(raw.data(), raw.size(), 0);
+  return raw;
+}
+
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile st;
   st.file_ = File::open_read(path);

@@ -37,6 +37,10 @@ struct TensorInfo {
 // Largest header accepted; real V4 shards have headers of a few hundred KiB.
 inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 
+// The first 8 + header-length bytes of a safetensors file: what fixes where every tensor
+// lies. Throws Error naming the path if the file is too short or the length is implausible.
+std::string read_raw_header(const File& file);
+
 class SafetensorsFile {
  public:
   // Opens and validates; throws Error naming the file (and tensor) on any problem.

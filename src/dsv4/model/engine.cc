@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dsv4/io/value_check.h"
 #include "dsv4/model/attention.h"
 #include "dsv4/model/expert_lookahead.h"
 #include "dsv4/model/mhc.h"
@@ -25,10 +26,11 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
                std::unique_ptr<ExpertProvider> experts)
     : checkpoint_(std::move(checkpoint)),
       options_(options),
-      weights_(ModelWeights::load(*checkpoint_, options.mtp && checkpoint_->has_mtp())),
+      weights_(ModelWeights::load(*checkpoint_, options.mtp && checkpoint_->has_mtp(), options.faults.get())),
       experts_(std::move(experts)),
       mtp_experts_(options.mtp && checkpoint_->has_mtp()
-                       ? make_resident_experts(*checkpoint_, config().num_layers, config().num_mtp_layers)
+                       ? make_resident_experts(*checkpoint_, config().num_layers, config().num_mtp_layers,
+                                               options.faults.get())
                        : nullptr),
       ropes_{Rope(config().rope_dim, config().rope_theta, YarnConfig{}),
              Rope(config().rope_dim, config().compress_rope_theta, config().yarn)},
@@ -59,6 +61,19 @@ void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* lo
     if (logits && rows == LogitRows::kLast && last) out = logits;
     forward_pass(s, tokens.subspan(begin, len), out, rows, undo);
   }
+}
+
+void Engine::anticipate(std::span<const int32_t> tokens) {
+  if (!options_.early_hash_reads || options_.lookahead == ExpertLookahead::kOff || !experts_->wants_predictions())
+    return;
+  const ModelConfig& c = config();
+  if (static_cast<int64_t>(tokens.size()) > workspace_.max_rows) return;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.vocab_size) return;  // forward() will refuse it
+  std::lock_guard<std::mutex> lock(forward_mutex_);  // the lists live in the workspace
+  for (int l = 0; l < c.num_layers; ++l)
+    if (weights_.layers[l].spec.hash_routed)
+      experts_->expect(l, hash_layer_experts(workspace_, c, weights_.layers[l], tokens));
 }
 
 // One pass through the whole model: embed -> layers (mHC around attention and MoE) ->
@@ -110,12 +125,16 @@ void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t
   hc_pre(p, L.hc_attn, X, mix, x);
   ops::rms_norm_rows(x, L.attn_norm.data(), p.T, D, eps, x);
   attention(p, L, x, state, y);
+  if (const int64_t i = find_nonfinite_f32(y, p.T * D); i >= 0)
+    fail("layer {}: attention produced a non-finite value (token {} of the pass)", l, i / D);
   hc_post(p, mix, y, X);
 
   if (l + 1 < p.c.num_layers) guess_experts(p, l + 1, tokens);
   hc_pre(p, L.hc_ffn, X, mix, x);
   ops::rms_norm_rows(x, L.ffn_norm.data(), p.T, D, eps, x);
   moe(p, L, x, tokens, experts, y);
+  if (const int64_t i = find_nonfinite_f32(y, p.T * D); i >= 0)
+    fail("layer {}: the MoE's sum of expert outputs is not finite (token {} of the pass)", l, i / D);
   hc_post(p, mix, y, X);
 }
 
@@ -128,14 +147,18 @@ void Engine::guess_experts(const Pass& p, int l, std::span<const int32_t> tokens
   const ExpertLookahead mode = options_.lookahead;
   if (mode == ExpertLookahead::kOff || !experts_->wants_predictions()) return;
   if (mode == ExpertLookahead::kExact && !weights_.layers[l].spec.hash_routed) return;
-  predict_layer_experts(p, weights_.layers[l], workspace_.X.data(), tokens, *experts_);
+  predict_layer_experts(p, weights_.layers[l], workspace_.X.data(), tokens, *experts_, options_.early_hash_reads);
 }
 
 // Output: only the rows that were asked for. logits [rows, V].
 void Engine::head(const Pass& p, LogitRows rows, float* logits) {
   const int64_t first = rows == LogitRows::kAll ? 0 : p.T - 1;
+  const int64_t n = p.T - first;
   head_rows(p, weights_.hc_head_fn, weights_.hc_head_base, weights_.hc_head_scale, weights_.norm,
-            workspace_.X.data() + first * p.c.hc_mult * p.c.hidden_size, p.T - first, logits);
+            workspace_.X.data() + first * p.c.hc_mult * p.c.hidden_size, n, logits);
+  if (const int64_t i = find_nonfinite_f32(logits, n * p.c.vocab_size); i >= 0)
+    fail("the output head produced a non-finite logit (token {} of the pass, vocabulary id {})",
+         first + i / p.c.vocab_size, i % p.c.vocab_size);
 }
 
 void Engine::head_rows(const Pass& p, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,

@@ -40,6 +40,14 @@ struct EngineOptions {
   // Load the MTP layer (mtp.0, spec §4.1) with its routed experts resident, and keep what
   // its drafts need in every session (mtp_draft). Ignored when the checkpoint has none.
   bool mtp = false;
+  // Hash-routed layers' experts follow from the token ids: read them as certain (full queue
+  // depth) from the moment the token is known (anticipate(), which the generator calls as
+  // soon as it has sampled the next token). Off: they are guessed like the other layers, in
+  // idle read slots, at the layer's start.
+  bool early_hash_reads = true;
+  // The test fault layer for the dense weights' and embedding rows' reads (null: none; the
+  // loader passes the store's).
+  std::shared_ptr<IoFaults> faults;
 };
 
 // Which logits a forward call returns.
@@ -87,6 +95,11 @@ class Engine {
   // The MTP layer's logits along a sequence, in a fresh session: row i predicts tokens[i+2]
   // from the main model's streams at position i and tokens[i+1]. logits [tokens.size()-1, V].
   void mtp_score(std::span<const int32_t> tokens, float* logits);
+
+  // The next forward call will start with these tokens: start reading the experts that
+  // certainly follow from them (hash-routed layers). Never changes results; a no-op when
+  // the experts are resident or early reads are off.
+  void anticipate(std::span<const int32_t> tokens);
 
  private:
   Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions& options,

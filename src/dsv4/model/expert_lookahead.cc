@@ -35,15 +35,30 @@ int union_by_rank(ForwardWorkspace& ws, int64_t T, int n_experts, int width) {
 
 }  // namespace
 
+std::span<const int> hash_layer_experts(ForwardWorkspace& ws, const ModelConfig& c, const LayerWeights& layer,
+                                       std::span<const int32_t> tokens) {
+  const int K = c.n_experts_per_token;
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  for (int64_t t = 0; t < T; ++t)
+    std::copy_n(layer.moe.tid2eid.data() + static_cast<size_t>(tokens[t]) * K, K, ws.ranked.data() + t * K);
+  const int n = union_by_rank(ws, T, c.n_routed_experts, K);
+  return std::span<const int>(ws.guess.data(), static_cast<size_t>(n));
+}
+
 void predict_layer_experts(const Pass& p, const LayerWeights& layer, const float* X, std::span<const int32_t> tokens,
-                           ExpertProvider& experts) {
+                           ExpertProvider& experts, bool hash_as_certain) {
   ForwardWorkspace& ws = p.ws;
   const int64_t T = p.T, D = p.c.hidden_size;
   const int E = p.c.n_routed_experts, K = p.c.n_experts_per_token;
   int width = K;
   if (layer.spec.hash_routed) {  // exact: the experts follow from the token ids alone
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(layer.moe.tid2eid.data() + static_cast<size_t>(tokens[t]) * K, K, ws.ranked.data() + t * K);
+    const std::span<const int> list = hash_layer_experts(ws, p.c, layer, tokens);
+    if (hash_as_certain) {
+      experts.expect(layer.spec.index, list);
+    } else {
+      experts.predict(layer.spec.index, list);
+    }
+    return;
   } else {
     // The router as moe() runs it, ranked as top-k routing ranks.
     float* x = ws.x.data();

@@ -21,9 +21,16 @@
 
 namespace dsv4 {
 
-// X: [T, hc, D] streams. Calls experts.predict(layer.spec.index, guess), most likely first.
+// X: [T, hc, D] streams. Calls experts.predict(layer.spec.index, guess), most likely first;
+// for a hash-routed layer with `hash_as_certain`, experts.expect(...) instead (the list is
+// exact, so it is read at full queue depth rather than in idle read slots).
 // Uses the workspace's x, mix and router buffers (none is live between sub-blocks).
 void predict_layer_experts(const Pass& p, const LayerWeights& layer, const float* X, std::span<const int32_t> tokens,
-                           ExpertProvider& experts);
+                           ExpertProvider& experts, bool hash_as_certain);
+
+// The experts a hash-routed layer uses for these tokens (at most ws.max_rows): the union, in
+// rank order, held in the workspace's guess buffer until its next use.
+std::span<const int> hash_layer_experts(ForwardWorkspace& ws, const ModelConfig& c, const LayerWeights& layer,
+                                       std::span<const int32_t> tokens);
 
 }  // namespace dsv4

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "dsv4/io/value_check.h"
 #include "dsv4/model/ops.h"
+#include "dsv4/util/error.h"
 #include "dsv4/util/thread_pool.h"
 
 namespace dsv4 {
@@ -112,6 +114,8 @@ void moe(const Pass& p, const LayerWeights& L, const float* x, std::span<const i
   // order of computation never changes a bit.
   float* shared = ws.shared_out.data();  // [T, D]
   feed_forward(p, w.shared_w1, w.shared_w3, w.shared_w2, x, T, limit, shared);
+  if (const int64_t i = find_nonfinite_f32(shared, T * D); i >= 0)
+    fail("layer {}: the shared expert produced a non-finite value (token {} of the pass)", layer, i / D);
 
   float* routed = ws.routed_out.data();  // [T*K, D]
   int32_t* pending = ws.pending.data();
@@ -135,6 +139,8 @@ void moe(const Pass& p, const LayerWeights& L, const float* x, std::span<const i
     const ExpertWeights& ew = experts.acquire(layer, e);
     feed_forward(p, ew.w1, ew.w3, ew.w2, xs, n, limit, ys);
     experts.release(layer, e);
+    if (const int64_t i = find_nonfinite_f32(ys, n * D); i >= 0)
+      fail("layer {}: routed expert {} produced a non-finite value (token {} of the pass)", layer, e, u[i / D] / K);
     for (int64_t i = 0; i < n; ++i) std::copy_n(ys + i * D, D, routed + int64_t(u[i]) * D);
   }
 

@@ -1,12 +1,12 @@
 #include "dsv4/model/weights.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "dsv4/io/schema.h"
+#include "dsv4/io/value_check.h"
 #include "dsv4/kernels/formats.h"
 #include "dsv4/util/error.h"
 
@@ -15,38 +15,17 @@ namespace {
 
 using kernels::WeightFormat;
 
-// Index of the first element of v[0, n) for which bad() holds, or -1. The load checks every
-// byte of the dense weights, and a loop with an early exit runs one element at a time (a
-// third of the load time in perf); full blocks of a constant length with no exit are
-// vectorized at -O2, and only a block with a bad value is searched element by element.
-template <typename T, typename Bad>
-int64_t first_bad(const T* v, int64_t n, Bad bad) {
-  constexpr int64_t kBlock = 4096;
-  auto search = [&](int64_t begin, int64_t end) -> int64_t {
-    for (int64_t i = begin; i < end; ++i)
-      if (bad(v[i])) return i;
-    return -1;
-  };
-  int64_t b = 0;
-  for (; b + kBlock <= n; b += kBlock) {
-    unsigned any = 0;
-    for (int64_t i = 0; i < kBlock; ++i) any |= bad(v[b + i]) ? 1u : 0u;
-    if (any) return search(b, b + kBlock);
-  }
-  return search(b, n);
-}
-
 // A BF16 value with an all-ones exponent is Inf or NaN; it would turn every logit into NaN.
 // `first_index` is the index of v[0] within the tensor, for the message.
 void require_finite_bf16(const SafetensorsFile& shard, const std::string& tensor, const uint16_t* v, int64_t n,
                          int64_t first_index) {
-  const int64_t i = first_bad(v, n, [](uint16_t x) { return (x & 0x7F80) == 0x7F80; });
+  const int64_t i = find_nonfinite_bf16(v, n);
   if (i >= 0) fail("{}: tensor {} holds a non-finite value at index {}", shard.path(), tensor, first_index + i);
 }
 
 class Loader {
  public:
-  Loader(const Checkpoint& ck, ModelWeights& w) : ck_(ck), w_(w) {}
+  Loader(const Checkpoint& ck, ModelWeights& w, IoFaults* faults) : ck_(ck), w_(w), reader_(faults) {}
 
   const uint8_t* bytes(const std::string& name) {
     const TensorRef& ref = ck_.get(name);
@@ -64,22 +43,16 @@ class Loader {
     m.data = bytes(name + ".weight");
     if (format == WeightFormat::kFP8) {
       m.scales = bytes(name + ".scale");
-      check_codes(name + ".weight", static_cast<const uint8_t*>(m.data), m.data_bytes(),
-                  [](uint8_t c) { return (c & 0x7F) == 0x7F; });  // E4M3 NaN: S.1111.111
-      check_codes(name + ".scale", m.scales, m.scale_bytes(), [](uint8_t c) { return c == 0xFF; });  // E8M0 NaN
+      const auto* codes = static_cast<const uint8_t*>(m.data);
+      if (const int64_t i = find_nan_e4m3(codes, m.data_bytes()); i >= 0)
+        fail("{}: tensor {}.weight holds a NaN encoding (0x{:02X}) at index {}", ref.shard->path(), name, codes[i], i);
+      if (const int64_t i = find_bad_e8m0(m.scales, m.scale_bytes()); i >= 0)
+        fail("{}: tensor {}.scale holds the E8M0 scale {} at index {}; scales above 2^32 are refused",
+             ck_.get(name + ".scale").shard->path(), name, describe_e8m0(m.scales[i]), i);
     } else if (format == WeightFormat::kBF16) {
       require_finite_bf16(*ref.shard, name + ".weight", static_cast<const uint16_t*>(m.data), m.rows * m.cols, 0);
     }
     return m;
-  }
-
-  // A corrupt or hostile file could hold NaN encodings (E4M3 0x7F/0xFF, E8M0 0xFF); they would
-  // silently turn every logit into NaN, so refuse them at load.
-  template <typename IsNan>
-  void check_codes(const std::string& name, const uint8_t* p, int64_t n, IsNan is_nan) {
-    const int64_t i = first_bad(p, n, is_nan);
-    if (i >= 0)
-      fail("{}: tensor {} holds a NaN encoding (0x{:02X}) at index {}", ck_.get(name).shard->path(), name, p[i], i);
   }
 
   Matrix f32_matrix(const std::string& name) {
@@ -130,8 +103,7 @@ class Loader {
 
   void check_finite(const std::string& name, const float* v, int64_t n) {
     // An all-ones exponent is Inf or NaN; tested on the bits, which vectorizes.
-    const int64_t i =
-        first_bad(v, n, [](float x) { return (std::bit_cast<uint32_t>(x) & 0x7F800000u) == 0x7F800000u; });
+    const int64_t i = find_nonfinite_f32(v, n);
     if (i >= 0) fail("{}: tensor {} holds a non-finite value at index {}", ck_.get(name).shard->path(), name, i);
   }
 
@@ -154,7 +126,8 @@ CompressorWeights load_compressor(Loader& ld, const std::string& p, int ratio, i
 
 }  // namespace
 
-EmbeddingRows::EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& info) : shard_(&shard), info_(&info) {
+EmbeddingRows::EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& info, IoFaults* faults)
+    : shard_(&shard), info_(&info), faults_(faults) {
   if (info.dtype != DType::kBF16 || info.shape.size() != 2 || uint64_t(info.numel()) * 2 != info.bytes)
     fail("{}: tensor {} must be BF16 [V, D], got {} {}", shard.path(), info.name, dtype_name(info.dtype),
          info.shape_string());
@@ -164,17 +137,18 @@ EmbeddingRows::EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& inf
 
 void EmbeddingRows::row(int32_t token, float* out, uint16_t* raw) const {
   if (token < 0 || token >= rows_) fail("{}: token id {} outside the embedding's {} rows", shard_->path(), token, rows_);
-  shard_->file().read_exact(raw, static_cast<size_t>(cols_) * 2, info_->offset + uint64_t(token) * uint64_t(cols_) * 2);
+  shard_->file().read_exact(raw, static_cast<size_t>(cols_) * 2, info_->offset + uint64_t(token) * uint64_t(cols_) * 2,
+                            faults_);
   require_finite_bf16(*shard_, info_->name, raw, cols_, int64_t(token) * cols_);
   for (int64_t i = 0; i < cols_; ++i) out[i] = bf16_to_f32(raw[i]);
 }
 
-ModelWeights ModelWeights::load(const Checkpoint& ck, bool with_mtp) {
+ModelWeights ModelWeights::load(const Checkpoint& ck, bool with_mtp, IoFaults* faults) {
   const ModelConfig& c = ck.config();
   ModelWeights w;
-  Loader ld(ck, w);
+  Loader ld(ck, w, faults);
   const TensorRef& embed = ck.get("embed.weight");
-  w.embed = EmbeddingRows(*embed.shard, *embed.info);
+  w.embed = EmbeddingRows(*embed.shard, *embed.info, faults);
   w.head = ld.matrix("head", WeightFormat::kBF16);
   w.norm = ld.vec("norm.weight");
   w.hc_head_fn = ld.f32_matrix("hc_head_fn");

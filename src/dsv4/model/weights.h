@@ -82,7 +82,8 @@ struct LayerWeights {
 class EmbeddingRows {
  public:
   EmbeddingRows() = default;
-  EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& info);
+  // `faults`: the test fault layer for the row reads (null: none).
+  EmbeddingRows(const SafetensorsFile& shard, const TensorInfo& info, IoFaults* faults = nullptr);
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   // out[cols]; raw[cols] is scratch for the bytes as read. Throws Error naming the file and
@@ -92,6 +93,7 @@ class EmbeddingRows {
  private:
   const SafetensorsFile* shard_ = nullptr;
   const TensorInfo* info_ = nullptr;
+  IoFaults* faults_ = nullptr;
   int64_t rows_ = 0, cols_ = 0;
 };
 
@@ -107,7 +109,8 @@ struct ModelWeights {
 
   // Reads every non-expert tensor of the main layers, and of the MTP layers when something
   // will run them (`with_mtp`). Throws Error naming the tensor on any problem.
-  static ModelWeights load(const Checkpoint& ck, bool with_mtp = false);
+  // `faults`: the test fault layer for those reads (null: none).
+  static ModelWeights load(const Checkpoint& ck, bool with_mtp = false, IoFaults* faults = nullptr);
 };
 
 }  // namespace dsv4

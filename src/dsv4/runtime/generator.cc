@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "dsv4/model/undo_log.h"
+#include "dsv4/runtime/session_mark.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
 
@@ -83,6 +84,23 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
 
   const int64_t V = c.vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
+  // A step that throws (a failed expert read, a non-finite value) leaves the session half
+  // updated: it is rewound to where this generation started, so a caller that keeps it
+  // continues from a consistent state. The mark restores every buffer a pass (a verify pass
+  // with its undo log too) or the MTP's drafting may have written.
+  const SessionMark start_mark = mark_session(session);
+  auto rewinding = [&](auto&& step) {
+    try {
+      return step();
+    } catch (...) {
+      rewind_session(session, start_mark);
+      throw;
+    }
+  };
+  auto feed = [&](std::span<const int32_t> tokens, float* out, LogitRows rows, int64_t chunk,
+                  UndoLog* undo = nullptr) {
+    rewinding([&] { engine.forward(session, tokens, out, rows, chunk, undo); });
+  };
   {
     // Prefill in chunks so progress can be shown and cancellation honoured between chunks.
     const int64_t chunk = req.chunk > 0 ? std::min(req.chunk, engine.max_rows()) : engine.max_rows();
@@ -96,8 +114,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       }
       const int64_t n = std::min(chunk, prompt_len - done);
       const bool last = done + n == prompt_len;
-      engine.forward(session, std::span<const int32_t>(req.prompt).subspan(done, n), last ? logits.data() : nullptr,
-                     LogitRows::kLast, n);
+      feed(std::span<const int32_t>(req.prompt).subspan(done, n), last ? logits.data() : nullptr, LogitRows::kLast, n);
       done += n;
       st.prefilled_tokens = done - st.reused_tokens;
       if (cb.on_prefill_progress) cb.on_prefill_progress(done - st.reused_tokens, prompt_len - st.reused_tokens);
@@ -119,7 +136,6 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   const auto decode_start = Clock::now();
   result.finish = FinishReason::kLength;
   bool stop_string_hit = false;
-  // Takes a sampled token: false when it ends the generation (result.finish says why).
   // Draws the next token from `row` (the logits after the last token taken), masked by the
   // constraint, which then advances over the token drawn (every token drawn is taken).
   auto draw = [&](std::span<float> row) {
@@ -129,7 +145,9 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     if (constraint) constraint->advance(next);
     return next;
   };
-  auto take = [&](int32_t next) {
+  // Takes a sampled token: false when it ends the generation (result.finish says why).
+  // `fed_next`: the token is the first row of the next pass (not a draft that pass already fed).
+  auto take = [&](int32_t next, bool fed_next) {
     result.tokens.push_back(next);
     history.push_back(next);
     if (result.tokens.size() == 1) st.ttft_s = seconds_since(start);
@@ -137,6 +155,8 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       result.finish = FinishReason::kStop;
       return false;
     }
+    if (fed_next && static_cast<int64_t>(result.tokens.size()) < req.max_tokens)
+      engine.anticipate(std::span<const int32_t>(&next, 1));  // its reads start now
     pending += cb.detokenize(next);
     for (const std::string& s : req.stop_strings) {
       size_t at = pending.find(s);
@@ -179,7 +199,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
 
   bool going = req.max_tokens > 0 && !(cb.cancel && cb.cancel->load());
   if (!going && req.max_tokens > 0) result.finish = FinishReason::kCancelled;
-  if (going) going = take(draw(logits));
+  if (going) going = take(draw(logits), true);
   while (going) {
     if (session.position >= limit) {
       result.finish = FinishReason::kContextLimit;
@@ -211,7 +231,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
         if (use_mtp) {
           drafter = &mtp_controller;
           k = mtp_controller.draft_length(k);
-          k = engine.mtp_draft(session, rows[0], k, rows.data() + 1);
+          k = rewinding([&] { return engine.mtp_draft(session, rows[0], k, rows.data() + 1); });
         } else {
           k = controller.draft_length(found);
         }
@@ -219,15 +239,15 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     }
     ++st.decode_passes;
     if (k == 0) {
-      engine.forward(session, std::span<const int32_t>(rows.data(), 1), logits.data(), LogitRows::kLast);
+      feed(std::span<const int32_t>(rows.data(), 1), logits.data(), LogitRows::kLast, 0);
       if (draft_max > 0) drafter->record(1, 0, seconds_since(pass_start));
-      going = take(draw(logits));
+      going = take(draw(logits), true);
       continue;
     }
     undo.begin(session);
     const int64_t pass_position = session.position;
-    engine.forward(session, std::span<const int32_t>(rows.data(), static_cast<size_t>(k) + 1), verified.data(),
-                   LogitRows::kAll, k + 1, &undo);
+    feed(std::span<const int32_t>(rows.data(), static_cast<size_t>(k) + 1), verified.data(), LogitRows::kAll, k + 1,
+         &undo);
     const double pass_s = seconds_since(pass_start);
     int kept = 0;  // rows of the pass the session keeps: the token before the drafts + drafts taken
     int accepted = 0;
@@ -237,7 +257,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       const bool right = j < k && next == rows[static_cast<size_t>(j) + 1];
       if (j < k) ++st.drafted_at[static_cast<size_t>(j)];
       if (right) ++st.accepted_at[static_cast<size_t>(j)], ++accepted;
-      going = take(next);
+      going = take(next, !right);
       if (!going || !right) break;
     }
     st.drafted_tokens += k;

@@ -91,7 +91,8 @@ struct GenerationCallbacks {
 
 // Runs a generation in `session`. If the session's tokens are a prefix of the prompt only
 // the rest is prefilled; otherwise the session is reset first. Throws Error when the
-// prompt alone exceeds the context limit.
+// prompt alone exceeds the context limit, and when the forward pass fails (the session is
+// then rewound to where the generation started).
 GenerationResult generate(Engine& engine, SessionState& session, const GenerationRequest& request,
                           const GenerationCallbacks& callbacks);
 

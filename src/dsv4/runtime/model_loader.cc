@@ -9,7 +9,7 @@ namespace dsv4 {
 
 std::unique_ptr<ExpertProvider> make_planned_provider(const Checkpoint& ck, const MemoryPlan& plan,
                                                       ExpertStoreOptions store) {
-  if (plan.all_resident) return make_resident_experts(ck);
+  if (plan.all_resident) return make_resident_experts(ck, store.faults.get());
   store.slots = plan.slots;
   return std::make_unique<ExpertStore>(ck, store);
 }
@@ -61,6 +61,7 @@ LoadedEngine load_engine(std::unique_ptr<const Checkpoint> ck, LoadOptions o) {
   if (o.print_plan) std::fprintf(stderr, "%s\n", loaded.plan.summary().c_str());
   std::unique_ptr<ExpertProvider> experts = make_planned_provider(*ck, loaded.plan, o.store);
   if (o.wrap_provider) experts = o.wrap_provider(std::move(experts));
+  if (!o.engine.faults) o.engine.faults = o.store.faults;  // the dense reads see the same faults
   loaded.engine = Engine::create(std::move(ck), o.engine, std::move(experts));
   return loaded;
 }

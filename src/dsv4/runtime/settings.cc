@@ -101,6 +101,14 @@ std::vector<Setting> make_table() {
            "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (80 % of available memory)"),
       choice("io", "--io", "DSV4_IO", "auto", {"auto", "uring", "threads"},
              "expert reads: auto (io_uring, else threads), uring or threads"),
+      text("mirror", "--mirror", "", "",
+           "another folder with copies of the checkpoint's shards, e.g. on another drive (repeatable): each "
+           "expert is read from one copy, in proportion to the folders' speeds, and from another when a read "
+           "fails; shards missing from -m DIR are found there too",
+           K::kRepeated),
+      text("read_shares", "--read-shares", "DSV4_READ_SHARES", "",
+           "share of the expert reads each folder serves (-m DIR's, then each --mirror), e.g. 2,1 "
+           "(default: measured at start)"),
       integer("threads", "--threads", "DSV4_THREADS", 0, 0, 1024, "compute threads (0 = all CPUs)"),
       choice("numerics", "--numerics", "DSV4_NUMERICS", "fast", {"reference", "fast"},
              "reference (float32 activations) or fast (quantized activations)"),
@@ -152,6 +160,8 @@ std::vector<Setting> make_table() {
       choice("effort", "--effort", "", "", {"high", "max"}, "reasoning effort in thinking mode: high or max"),
       path("inspect_dir", "dir", "", "inspect: checkpoint directory (positional)"),
       flag_bool("inspect_json", "--json", "", false, "inspect: print JSON"),
+      flag_bool("inspect_deep", "--deep", "", false,
+                "inspect: also read every tensor and check its values (NaN, infinity, out-of-range scales, expert ids)"),
       path("tokens_file", "--tokens-file", "", "score: token ids separated by whitespace or commas"),
       path("logits_out", "--logits-out", "", "score: output file, float32 little-endian [n_tokens, vocab]"),
       path("mtp_logits_out", "--mtp-logits-out", "",
@@ -222,6 +232,10 @@ std::vector<Setting> make_table() {
              "kernel path: auto (the best this CPU runs), scalar, avx2, avx512 or neon (aarch64)"),
       integer("test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", 0, 0, 60'000,
               "test hook: serve pauses this long after each token"),
+      text("test_io_faults", "", "DSV4_TEST_IO_FAULTS", "",
+           "test hook: make chosen weight reads fail, come back short or run at a limited rate, e.g. "
+           "'eio:path=model-00002:offset=123456' or 'rate:path=/mnt/a/:mbps=500' (rules separated by ';'; "
+           "see src/dsv4/util/io_faults.h)"),
       path("test_tmp", "", "DSV4_TEST_TMP", "scratch directory for the test suite"),
       seed("tok_oracle_seed", "", "DSV4_TOK_ORACLE_SEED", 1, "test suite: seed of the tokenizer oracle's strings"),
       path("v3_tokenizer", "", "DSV4_V3_TOKENIZER",

@@ -345,10 +345,13 @@ std::optional<Reply> Server::Impl::get_reply(const std::string& path) {
   };
   if (path == "/health") {
     const SchedulerGauges g = scheduler.gauges();
-    return Reply{200, "application/json",
-                 Json{{"status", "ok"}, {"model", options.model_name}, {"queue_depth", g.queue_depth}, {"running", g.running}}
-                     .dump(),
-                 {}};
+    // Degraded (still serving) while storage is unwell: a shard refused, replaced or
+    // deleted, or experts whose last read failed a request.
+    const std::string problem = engine.experts().storage_problem();
+    Json body{{"status", problem.empty() ? "ok" : "degraded"}, {"model", options.model_name},
+              {"queue_depth", g.queue_depth}, {"running", g.running}};
+    if (!problem.empty()) body["reason"] = problem;
+    return Reply{200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace), {}};
   }
   if (path == "/metrics")
     return Reply{200, "text/plain; version=0.0.4; charset=utf-8", metrics.render(scheduler.gauges()), {}};

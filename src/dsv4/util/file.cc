@@ -11,8 +11,31 @@
 #include <cstring>
 
 #include "dsv4/util/error.h"
+#include "dsv4/util/io_faults.h"
 
 namespace dsv4 {
+namespace {
+
+// pread through the fault layer (a plain pread without one). Returns what pread returns,
+// with errno set on failure.
+ssize_t pread_faulty(int fd, void* dst, size_t length, uint64_t offset, const std::string& path, IoFaults* faults) {
+  if (!faults) return ::pread(fd, dst, length, static_cast<off_t>(offset));
+  const IoFaults::Action a = faults->before_read(path, offset, length);
+  ssize_t n = 0;
+  int err = 0;
+  if (a.error) {
+    n = -1;
+    err = a.error;
+  } else if (!a.eof) {
+    n = ::pread(fd, dst, a.length, static_cast<off_t>(offset));
+    err = errno;
+  }
+  IoFaults::wait_until(a.not_before);
+  errno = err;
+  return n;
+}
+
+}  // namespace
 
 File File::open_read(const std::string& path) {
   int fd;
@@ -57,12 +80,12 @@ uint64_t File::size() const {
   return static_cast<uint64_t>(st.st_size);
 }
 
-void File::read_exact(void* dst, uint64_t length, uint64_t offset) const {
+void File::read_exact(void* dst, uint64_t length, uint64_t offset, IoFaults* faults) const {
   constexpr uint64_t kChunk = 64ull << 20;  // bounded syscalls keep reads interruptible
   auto* out = static_cast<uint8_t*>(dst);
   while (length > 0) {
     size_t want = static_cast<size_t>(std::min(length, kChunk));
-    ssize_t got = ::pread(fd_, out, want, static_cast<off_t>(offset));
+    ssize_t got = pread_faulty(fd_, out, want, offset, path_, faults);
     if (got < 0) {
       if (errno == EINTR) continue;
       fail("{}: read of {} bytes at offset {} failed: {}", path_, want, offset, std::strerror(errno));
@@ -75,7 +98,7 @@ void File::read_exact(void* dst, uint64_t length, uint64_t offset) const {
 }
 
 bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t offset,
-                        uint8_t* bounce, size_t bounce_size) {
+                        uint8_t* bounce, size_t bounce_size, IoFaults* faults) {
   auto* out = static_cast<uint8_t*>(dst);
   while (length > 0) {
     uint64_t aligned_start = offset & ~(uint64_t{kDirectAlign} - 1);
@@ -83,8 +106,8 @@ bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t
     uint64_t window = std::min<uint64_t>(bounce_size, (skip + length + kDirectAlign - 1) & ~(uint64_t{kDirectAlign} - 1));
     uint64_t filled = 0;
     while (filled < window) {
-      ssize_t got = ::pread(direct.fd(), bounce + filled, window - filled,
-                            static_cast<off_t>(aligned_start + filled));
+      ssize_t got = pread_faulty(direct.fd(), bounce + filled, window - filled, aligned_start + filled,
+                                 direct.path(), faults);
       if (got < 0) {
         if (errno == EINTR) continue;
         if (errno == EINVAL) return false;
@@ -140,11 +163,11 @@ void BulkReader::read(const File& file, void* dst, uint64_t length, uint64_t off
     if (it == direct_.end()) it = direct_.emplace(file.path(), File::open_direct(file.path())).first;
     if (it->second.valid()) {
       if (bounce_.size() == 0) bounce_ = AlignedBuffer(kBounceBytes);
-      if (read_direct_window(it->second, dst, length, offset, bounce_.data(), bounce_.size())) return;
+      if (read_direct_window(it->second, dst, length, offset, bounce_.data(), bounce_.size(), faults_)) return;
       it->second = File();  // the kernel refused this file's direct reads: stay buffered
     }
   }
-  file.read_exact(dst, length, offset);
+  file.read_exact(dst, length, offset, faults_);
 }
 
 std::string read_small_file(const std::string& path, uint64_t max_bytes) {

@@ -10,6 +10,8 @@
 
 namespace dsv4 {
 
+class IoFaults;
+
 inline constexpr size_t kDirectAlign = 4096;
 
 class File {
@@ -33,8 +35,9 @@ class File {
   uint64_t size() const;
 
   // Reads exactly `length` bytes at `offset`; throws Error (naming the path) on a short
-  // read or an I/O error. Retries on EINTR and splits large reads into chunks.
-  void read_exact(void* dst, uint64_t length, uint64_t offset) const;
+  // read or an I/O error. Retries on EINTR and splits large reads into chunks. `faults`:
+  // the test fault layer (util/io_faults.h), consulted before each syscall.
+  void read_exact(void* dst, uint64_t length, uint64_t offset, IoFaults* faults = nullptr) const;
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -47,7 +50,7 @@ class File {
 // aligned window into `bounce` (capacity `bounce_size`, 4 KiB aligned) and copies out.
 // Returns false if the direct read failed with EINVAL (caller falls back to buffered).
 bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t offset,
-                        uint8_t* bounce, size_t bounce_size);
+                        uint8_t* bounce, size_t bounce_size, IoFaults* faults = nullptr);
 
 // Aligned heap buffer (4 KiB by default) with RAII, for O_DIRECT targets and weights.
 // Buffers of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages:
@@ -79,7 +82,8 @@ class AlignedBuffer {
 // Small ranges stay buffered: an aligned 4 KiB window would cost more than it saves.
 class BulkReader {
  public:
-  BulkReader() = default;
+  // `faults`: the test fault layer, consulted before each read (null: none).
+  explicit BulkReader(IoFaults* faults = nullptr) : faults_(faults) {}
   // Reads exactly `length` bytes at `offset` of `file` into `dst` (any alignment); throws
   // Error naming the path on a short read or an I/O error.
   void read(const File& file, void* dst, uint64_t length, uint64_t offset);
@@ -87,6 +91,7 @@ class BulkReader {
  private:
   static constexpr uint64_t kMinDirectBytes = 256 << 10;
   static constexpr size_t kBounceBytes = 16 << 20;
+  IoFaults* faults_ = nullptr;
   std::map<std::string, File, std::less<>> direct_;  // by path; invalid: O_DIRECT refused
   AlignedBuffer bounce_;
 };
