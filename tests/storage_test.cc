@@ -820,3 +820,45 @@ TEST(StorageFaults, TheServerFailsTheRequestAndKeepsServing) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// A checkpoint whose shards are spread over two folders loads with --mirror naming the
+// other; a --mirror that is a full copy gives the same output; bad --read-shares are named.
+TEST(Mirrors, SpreadCheckpointsAndMirrorFlagsOnTheCommandLine) {
+  Copy spread("tiny-a");
+  const std::string other = spread.tmp / "other";
+  fs::create_directories(other);
+  for (const char* shard : {"model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"})
+    fs::rename(spread.dir + "/" + shard, other + "/" + shard);
+  const std::string args = " --tokens 496,10,20,30 -n 6 --greedy --print-ids";
+  auto want = test::run_dsv4("generate -m " + fixture("tiny-a") + args);
+  ASSERT_EQ(want.exit_code, 0) << want.err;
+  auto missing = test::run_dsv4("generate -m " + spread.dir + args);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(contains(missing.err, "shard model-00002-of-00003.safetensors named in the index does not exist"))
+      << missing.err;
+  for (const char* ram : {"64G", "min"}) {
+    auto r = test::run_dsv4("generate -m " + spread.dir + " --mirror " + other + " --ram " + ram + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, want.out) << ram;
+  }
+  auto inspect = test::run_dsv4("inspect " + spread.dir + " --mirror " + other);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_TRUE(contains(inspect.out, other + "/model-00002-of-00003.safetensors")) << inspect.out;
+
+  auto mirrored = test::run_dsv4("generate -m " + fixture("tiny-a") + " --mirror " + spread.dir + " --mirror " + other +
+                                 " --ram min --read-shares 1,1,1" + args);
+  EXPECT_EQ(mirrored.exit_code, 0) << mirrored.err;
+  EXPECT_EQ(mirrored.out, want.out);
+  for (const char* shares : {"1,x", "1,-1", "1"}) {
+    auto bad = test::run_dsv4("generate -m " + fixture("tiny-a") + " --mirror " + spread.dir + " --ram min --read-shares " +
+                              shares + args);
+    EXPECT_EQ(bad.exit_code, 1) << shares;
+    EXPECT_TRUE(contains(bad.err, "--read-shares")) << bad.err;
+  }
+}
+
+}  // namespace
+}  // namespace dsv4

@@ -33,6 +33,7 @@ struct BenchModelOptions {
   std::string lookahead;     // off | exact (hash layers) | all
   std::string spec;          // off | auto | ngram | oracle: a speculative run beside a plain one
   int64_t draft_max = 0;
+  bool early_hash_reads = true;  // hash layers' experts read from the moment a token is sampled
   bool json = false;
   // --replay: replay the recorded expert requests against a fresh store with a synthetic
   // compute model (per-layer dense, per-expert, head seconds) scaled by each factor.
@@ -41,6 +42,9 @@ struct BenchModelOptions {
   std::vector<double> replay_scales{0, 0.5, 1, 2, 4};
   std::string trace_out;  // save the recorded expert requests
   std::string trace_in;   // replay these instead of running the model
+  // --soak MINUTES: then generate for that long (cycles of prompt + gen_tokens) and report
+  // the decode speed and read rate over time.
+  double soak_minutes = 0;  // 0: no soak
 };
 int bench_model(const BenchModelOptions& o);
 

@@ -104,6 +104,9 @@ nlohmann::ordered_json stats_json(const ExpertStats& s) {
           {"misses", s.misses},             {"reads", s.reads},
           {"bytes_read", s.bytes_read},     {"demand_reads", s.demand_reads},
           {"predicted_reads", s.predicted_reads}, {"predicted_unused", s.predicted_unused},
+          {"expected_reads", s.expected_reads}, {"read_requests", s.read_requests},
+          {"read_windows", s.read_windows}, {"read_retries", s.read_retries},
+          {"read_failures", s.read_failures},
           {"stalls", s.stalls},             {"read_seconds", s.read_seconds},
           {"blocked_seconds", s.blocked_seconds}, {"read_gbps", s.read_gbps()}};
 }
@@ -242,12 +245,90 @@ PrefillWork prefill_work(const Checkpoint& ck) {
   return w;
 }
 
+// A pseudo-random prompt of n tokens (fixed by the seed, so runs are comparable).
+std::vector<int32_t> random_prompt(int64_t n, uint64_t seed, int64_t vocab) {
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  uint64_t x = 0x243F6A8885A308D3ull ^ seed;
+  for (int32_t& t : prompt) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    t = static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
+  }
+  return prompt;
+}
+
+// --soak MINUTES: generate for that long in cycles (a fresh session with a new prompt of
+// --prompt-tokens, then --gen-tokens decoded) and report every cycle's decode speed, the
+// store's read rate, hit rate, time blocked and RSS. Slow drift (fragmentation, leaks,
+// throttling) shows as the last quarter of the cycles against the first.
+nlohmann::ordered_json soak(Engine& engine, const BenchModelOptions& o, bool print) {
+  const int64_t V = engine.config().vocab_size;
+  ExpertProvider& experts = engine.experts();
+  std::vector<float> logits(static_cast<size_t>(V));
+  nlohmann::ordered_json cycles = nlohmann::ordered_json::array();
+  std::vector<double> tok_s, read_gbps;
+  std::vector<uint64_t> rss;
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t cycle = 0; seconds_since(start) < o.soak_minutes * 60; ++cycle) {
+    SessionState session = engine.new_session();
+    engine.forward(session, random_prompt(o.prompt_tokens, o.seed + 1 + cycle, V), logits.data(), LogitRows::kLast,
+                   o.model.chunk);
+    int32_t next = argmax(logits);
+    const ExpertStats before = experts.stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < o.gen_tokens; ++i) {
+      engine.anticipate(std::span<const int32_t>(&next, 1));
+      engine.forward(session, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
+      next = argmax(logits);
+    }
+    const double seconds = seconds_since(t0);
+    const ExpertStats d = experts.stats() - before;
+    tok_s.push_back(double(o.gen_tokens) / seconds);
+    read_gbps.push_back(seconds > 0 ? double(d.bytes_read) / seconds / 1e9 : 0.0);
+    rss.push_back(current_rss_bytes());
+    const double at = seconds_since(start);
+    cycles.push_back({{"cycle", cycle},
+                      {"t_s", at},
+                      {"decode_tok_s", tok_s.back()},
+                      {"read_gbps", read_gbps.back()},
+                      {"store_read_gbps", d.read_gbps()},
+                      {"hit_rate", d.hit_rate()},
+                      {"blocked_s_per_token", d.blocked_seconds / double(o.gen_tokens)},
+                      {"rss_bytes", rss.back()}});
+    if (print)
+      fmt::print("soak         cycle {:<4} t {:7.1f} s  decode {:6.2f} tok/s  read {:5.2f} GB/s  hit {:5.1f}%  "
+                 "blocked {:.3f} s/token  RSS {}\n",
+                 cycle, at, tok_s.back(), read_gbps.back(), 100 * d.hit_rate(),
+                 d.blocked_seconds / double(o.gen_tokens), format_bytes(rss.back()));
+  }
+  // First and last quarter (at least one cycle each).
+  const size_t n = tok_s.size(), q = std::max<size_t>(1, n / 4);
+  auto part = [&](const std::vector<double>& v, bool last) {
+    return median(std::vector<double>(last ? v.end() - q : v.begin(), last ? v.end() : v.begin() + q));
+  };
+  nlohmann::ordered_json r;
+  r["minutes"] = o.soak_minutes;
+  r["cycles"] = cycles;
+  r["decode_tok_s_first_quarter"] = part(tok_s, false);
+  r["decode_tok_s_last_quarter"] = part(tok_s, true);
+  r["read_gbps_first_quarter"] = part(read_gbps, false);
+  r["read_gbps_last_quarter"] = part(read_gbps, true);
+  r["rss_bytes_first"] = rss.front();
+  r["rss_bytes_last"] = rss.back();
+  if (print)
+    fmt::print("soak         {} cycles in {:.1f} min: decode {:.2f} -> {:.2f} tok/s ({:+.1f}%), read {:.2f} -> {:.2f} "
+               "GB/s (medians of the first and last quarter), RSS {} -> {}\n",
+               n, seconds_since(start) / 60, part(tok_s, false), part(tok_s, true),
+               100 * (part(tok_s, true) / part(tok_s, false) - 1), part(read_gbps, false), part(read_gbps, true),
+               format_bytes(rss.front()), format_bytes(rss.back()));
+  return r;
+}
+
 }  // namespace
 
 int bench_model(const BenchModelOptions& o) {
   if (o.prompt_tokens < 1) fail("--prompt-tokens must be at least 1");
   if (o.gen_tokens < 1) fail("--gen-tokens must be at least 1");
-  auto checkpoint = std::make_unique<const Checkpoint>(Checkpoint::open(o.model.dir));
+  auto checkpoint = std::make_unique<const Checkpoint>(Checkpoint::open(o.model.dir, o.model.mirrors));
   const Checkpoint& probe_ck = *checkpoint;  // the engine takes it over, it stays where it is
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_file.empty()) {
@@ -270,6 +351,7 @@ int bench_model(const BenchModelOptions& o) {
   load.engine.lookahead = o.lookahead == "off"   ? ExpertLookahead::kOff
                           : o.lookahead == "all" ? ExpertLookahead::kAll
                                                  : ExpertLookahead::kExact;
+  load.engine.early_hash_reads = o.early_hash_reads;
   // The bench wraps the planned provider so it can record the expert requests.
   TracingProvider* tracing = nullptr;
   load.wrap_provider = [&tracing](std::unique_ptr<ExpertProvider> planned) {
@@ -313,15 +395,7 @@ int bench_model(const BenchModelOptions& o) {
 
   // A fixed pseudo-random prompt (the same for every budget, so runs are comparable), or
   // real text's ids from --prompt-file (a trained model's routing on text it can read).
-  std::vector<int32_t> prompt = prompt_ids;
-  if (prompt.empty()) {
-    prompt.resize(static_cast<size_t>(o.prompt_tokens));
-    uint64_t x = 0x243F6A8885A308D3ull ^ o.seed;
-    for (int32_t& t : prompt) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      t = static_cast<int32_t>(x % static_cast<uint64_t>(V));
-    }
-  }
+  const std::vector<int32_t> prompt = prompt_ids.empty() ? random_prompt(o.prompt_tokens, o.seed, V) : prompt_ids;
   // The FP32 FMA peak of this path at the engine's thread count, in the same run (before the
   // prefill and after the decode: the machine's limits move from minute to minute).
   const PrefillWork work = prefill_work(probe_ck);
@@ -337,6 +411,7 @@ int bench_model(const BenchModelOptions& o) {
   engine->forward(session, prompt, logits.data(), LogitRows::kLast, workload.chunk_tokens);
   int32_t next = argmax(logits);
   const double ttft_s = seconds_since(t0);
+  engine->anticipate(std::span<const int32_t>(&next, 1));  // as the generator does once it has a token
   const ExpertStats s1 = experts.stats();
   tracing->mark_token_end();
 
@@ -346,6 +421,7 @@ int bench_model(const BenchModelOptions& o) {
     t0 = std::chrono::steady_clock::now();
     engine->forward(session, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
     next = argmax(logits);
+    if (i + 1 < o.gen_tokens) engine->anticipate(std::span<const int32_t>(&next, 1));
     step_s.push_back(seconds_since(t0));
     generated.push_back(next);
     tracing->mark_token_end();
@@ -382,6 +458,7 @@ int bench_model(const BenchModelOptions& o) {
     rr.policies = policy_report(probe_ck, plan, tracing->events());
   }
 
+  tracing->set_recording(false);  // the trace is used; the spec and soak runs need none
   const nlohmann::ordered_json spec = o.spec == "off" ? nlohmann::ordered_json() : spec_report(o, *engine, prompt, workload.chunk_tokens);
 
   if (o.json) {
@@ -415,6 +492,9 @@ int bench_model(const BenchModelOptions& o) {
     d["expert_slots"] = plan.slots;
     d["total_experts"] = plan.total_experts;
     d["lookahead"] = o.lookahead;
+    d["early_hash_reads"] = o.early_hash_reads;
+    d["read_requests_per_expert"] = decode.requests_per_read();
+    d["layout_requests_per_expert"] = decode.reads ? double(decode.read_windows) / double(decode.reads) : 0.0;
     d["decode_s_per_token_median"] = median(step_s);
     d["decode_step_s"] = step_s;
     d["decode_blocked_s_per_token"] = blocked_per_token;
@@ -432,6 +512,7 @@ int bench_model(const BenchModelOptions& o) {
     d["generated"] = generated;
     j["details"] = d;
     if (!spec.is_null()) j["spec"] = spec;
+    if (o.soak_minutes > 0) j["soak"] = soak(*engine, o, false);
     std::puts(j.dump(2).c_str());
     return 0;
   }
@@ -451,6 +532,9 @@ int bench_model(const BenchModelOptions& o) {
              "{} predicted reads ({} unused), {} read on demand\n",
              100 * decode.hit_rate(), bytes_per_token / 1e6, decode.read_gbps(), blocked_per_token,
              decode.predicted_reads, decode.predicted_unused, decode.demand_reads);
+  fmt::print("reads        {:.2f} read requests per expert (the shard layout allows {:.2f}), {} retried, {} failed\n",
+             decode.requests_per_read(), decode.reads ? double(decode.read_windows) / double(decode.reads) : 0.0,
+             decode.read_retries, decode.read_failures);
   fmt::print("i/o bound    {:.3f} s/token (bytes read / SSD bandwidth); decode / i/o bound = {:.2f}\n", io_bound_s,
              io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0);
   fmt::print("compute      {:.3f} s/token (decode minus time blocked on I/O){}\n", compute_per_token,
@@ -465,6 +549,7 @@ int bench_model(const BenchModelOptions& o) {
                spec["tokens_per_pass"].get<double>(), spec["bytes_read_per_token"].get<double>() / 1e6,
                spec["off_bytes_read_per_token"].get<double>() / 1e6);
   print_replay(plan, rr);
+  if (o.soak_minutes > 0) soak(*engine, o, true);
   return 0;
 }
 

@@ -29,27 +29,27 @@ void busy_wait(double seconds) {
 }  // namespace
 
 void TracingProvider::prefetch(int layer, std::span<const int> experts) {
-  events_.push_back({ExpertEvent::Kind::kPrefetch, layer, {experts.begin(), experts.end()}});
+  record({ExpertEvent::Kind::kPrefetch, layer, {experts.begin(), experts.end()}});
   inner_->prefetch(layer, experts);
 }
 
 void TracingProvider::predict(int layer, std::span<const int> experts) {
-  events_.push_back({ExpertEvent::Kind::kPredict, layer, {experts.begin(), experts.end()}});
+  record({ExpertEvent::Kind::kPredict, layer, {experts.begin(), experts.end()}});
   inner_->predict(layer, experts);
 }
 
 void TracingProvider::expect(int layer, std::span<const int> experts) {
-  events_.push_back({ExpertEvent::Kind::kExpect, layer, {experts.begin(), experts.end()}});
+  record({ExpertEvent::Kind::kExpect, layer, {experts.begin(), experts.end()}});
   inner_->expect(layer, experts);
 }
 
 const ExpertWeights& TracingProvider::acquire(int layer, int expert) {
-  events_.push_back({ExpertEvent::Kind::kAcquire, layer, {expert}});
+  record({ExpertEvent::Kind::kAcquire, layer, {expert}});
   return inner_->acquire(layer, expert);
 }
 
 void TracingProvider::release(int layer, int expert) {
-  events_.push_back({ExpertEvent::Kind::kRelease, layer, {expert}});
+  record({ExpertEvent::Kind::kRelease, layer, {expert}});
   inner_->release(layer, expert);
 }
 

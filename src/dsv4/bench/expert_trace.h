@@ -37,13 +37,20 @@ class TracingProvider final : public ExpertProvider {
   uint64_t resident_bytes() const override { return inner_->resident_bytes(); }
   std::string storage_problem() override { return inner_->storage_problem(); }
 
-  void mark_token_end() { events_.push_back({ExpertEvent::Kind::kTokenEnd, 0, {}}); }
+  void mark_token_end() { record({ExpertEvent::Kind::kTokenEnd, 0, {}}); }
+  // Off: calls are only forwarded (a long soak would otherwise grow the trace without end).
+  void set_recording(bool on) { recording_ = on; }
   const std::vector<ExpertEvent>& events() const { return events_; }
   ExpertProvider& inner() { return *inner_; }
 
  private:
+  void record(ExpertEvent e) {
+    if (recording_) events_.push_back(std::move(e));
+  }
+
   std::unique_ptr<ExpertProvider> inner_;
   std::vector<ExpertEvent> events_;
+  bool recording_ = true;
 };
 
 // Text form, one event per line ("P|F|A|R|T|E layer e,e,..."), to replay a trace later.

@@ -260,6 +260,8 @@ void register_bench(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "bench_lookahead", m.lookahead);
   b.add(cmd, "bench_spec", m.spec);
   b.add(cmd, "draft_max", m.draft_max);
+  b.add(cmd, "bench_early_hash_reads", m.early_hash_reads);
+  b.add(cmd, "bench_soak", m.soak_minutes);
   b.add(cmd, "bench_json", m.json);
   b.add(cmd, "bench_replay", m.replay);
   b.add(cmd, "bench_trace_out", m.trace_out);

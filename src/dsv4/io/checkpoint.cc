@@ -64,7 +64,7 @@ const TensorRef& Checkpoint::get(const std::string& name) const {
 
 bool Checkpoint::has_mtp() const { return config_.num_mtp_layers > 0; }
 
-Checkpoint Checkpoint::open(const std::string& dir_in) {
+Checkpoint Checkpoint::open(const std::string& dir_in, const std::vector<std::string>& shard_dirs) {
   Checkpoint ck;
   ck.dir_ = dir_in;
   while (ck.dir_.size() > 1 && ck.dir_.back() == '/') ck.dir_.pop_back();
@@ -90,9 +90,11 @@ Checkpoint Checkpoint::open(const std::string& dir_in) {
 
   std::map<std::string, const SafetensorsFile*> shard_by_name;
   for (const std::string& name : shard_names) {
-    const std::string path = dir + "/" + name;
+    std::string path = dir + "/" + name;
+    for (size_t i = 0; i < shard_dirs.size() && !path_exists(path); ++i) path = shard_dirs[i] + "/" + name;
     if (!path_exists(path)) {
-      problems.push_back(fmt::format("{}: shard {} named in the index does not exist", index_path, name));
+      problems.push_back(fmt::format("{}: shard {} named in the index does not exist{}", index_path, name,
+                                     shard_dirs.empty() ? "" : " (nor in any --mirror folder)"));
       continue;
     }
     ck.shards_.push_back(std::make_unique<SafetensorsFile>(SafetensorsFile::open(path)));

@@ -26,7 +26,9 @@ std::map<std::string, std::string> parse_weight_map(const std::string& text, con
 class Checkpoint {
  public:
   // Throws Error listing every problem found (one line each, naming file and tensor/field).
-  static Checkpoint open(const std::string& dir);
+  // `shard_dirs`: other folders where shards missing from `dir` may be (a checkpoint spread
+  // over several drives); the first folder that holds a shard provides it.
+  static Checkpoint open(const std::string& dir, const std::vector<std::string>& shard_dirs = {});
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }

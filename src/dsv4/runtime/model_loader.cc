@@ -15,7 +15,9 @@ std::unique_ptr<ExpertProvider> make_planned_provider(const Checkpoint& ck, cons
 }
 
 LoadedEngine load_engine(const std::string& dir, LoadOptions options) {
-  return load_engine(std::make_unique<const Checkpoint>(Checkpoint::open(dir)), std::move(options));
+  // Shards missing from `dir` may be in the mirror folders (a checkpoint spread over drives).
+  auto ck = std::make_unique<const Checkpoint>(Checkpoint::open(dir, options.store.mirrors));
+  return load_engine(std::move(ck), std::move(options));
 }
 
 namespace {

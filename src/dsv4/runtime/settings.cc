@@ -214,6 +214,12 @@ std::vector<Setting> make_table() {
       choice("bench_spec", "--spec", "", "off", {"off", "auto", "ngram", "mtp", "oracle"},
              "bench: also decode with speculative decoding in this mode (oracle: drafts from the plain run's "
              "tokens, all right) and compare with drafting off in the same run"),
+      flag_bool("bench_early_hash_reads", "--early-hash-reads,!--no-early-hash-reads", "", true,
+                "bench: read hash-routed layers' experts (known from the token id) from the moment the token is "
+                "sampled, at full queue depth; off: guessed at the layer's start like the others"),
+      number("bench_soak", "--soak", "", 0.0, 0, 7 * 24 * 60,
+             "bench: then generate for this many minutes (cycles of a new prompt + --gen-tokens) and report decode "
+             "speed and read rate over time"),
       flag_bool("bench_json", "--json", "", false, "bench: print one JSON object"),
       flag_bool("bench_replay", "--replay", "", false,
                 "bench: replay the recorded expert requests with a synthetic compute model at several speeds"),
