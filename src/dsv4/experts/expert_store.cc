@@ -71,6 +71,30 @@ std::vector<ShardFiles::Source> shard_sources(const Checkpoint& ck, const std::v
   return sources;
 }
 
+// The reads that bring one expert's windows into the slot memory at `base`, each window from
+// the copy `copy_for(window)` names; a window it names no copy for (-1) is left out.
+template <typename CopyFor>
+std::vector<ReadOp> expert_reads(const ShardFiles& files, const ExpertReadPlan& plan, uint8_t* base, CopyFor copy_for) {
+  std::vector<ReadOp> ops;
+  ops.reserve(plan.windows.size());
+  for (const ReadWindow& w : plan.windows) {
+    const int copy = copy_for(w);
+    if (copy < 0) continue;
+    const ShardFiles::Fds fds = files.fds(copy);
+    ReadOp op;
+    op.fd = fds.read_fd;
+    op.buffered_fd = fds.buffered_fd;
+    op.shard = copy;
+    op.path = fds.path;
+    op.offset = w.file_offset;
+    op.length = w.length;
+    op.needed = w.needed;
+    op.dst = base + w.slot_offset;
+    ops.push_back(op);
+  }
+  return ops;
+}
+
 }  // namespace
 
 IoBackend parse_io_backend(const std::string& text) {
@@ -189,25 +213,14 @@ std::vector<double> ExpertStore::measure_shares() {
       const int32_t k = static_cast<int32_t>((int64_t(i) * 7919 + 13) % total);
       const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
       uint8_t* base = slot_memory_.data() + static_cast<size_t>(i % depth) * slot_bytes_;
-      std::vector<ReadOp> ops;
-      for (const ReadWindow& w : plan.windows) {
+      // A window of a shard this folder lacks is not part of its measure.
+      std::vector<ReadOp> ops = expert_reads(*files_, plan, base, [&](const ReadWindow& w) {
         int copy = -1;
         for (int c : files_->copies_of(w.shard))
           if (files_->folder_of(c) == f) copy = c;
-        if (copy < 0) continue;  // this folder lacks the shard: not part of its measure
-        const ShardFiles::Fds fds = files_->fds(copy);
-        ReadOp op;
-        op.fd = fds.read_fd;
-        op.buffered_fd = fds.buffered_fd;
-        op.shard = copy;
-        op.path = fds.path;
-        op.offset = w.file_offset;
-        op.length = w.length;
-        op.needed = w.needed;
-        op.dst = base + w.slot_offset;
-        ops.push_back(op);
-        bytes += w.length;
-      }
+        return copy;
+      });
+      for (const ReadOp& op : ops) bytes += op.length;
       std::unique_lock<std::mutex> lock(m);
       cv.wait(lock, [&] { return in_flight < depth; });
       ++in_flight;
@@ -322,10 +335,7 @@ bool ExpertStore::issue(int v, Submissions& out) {
   const int preferred = folder_of(k / n_experts_, k % n_experts_);
   auto bad = [&](int c) { return std::find(s.bad_copies.begin(), s.bad_copies.end(), c) != s.bad_copies.end(); };
   uint8_t* base = slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_;
-  std::vector<ReadOp> ops;
-  s.copies.clear();
-  s.fds.clear();
-  for (const ReadWindow& w : plan.windows) {
+  std::vector<ReadOp> ops = expert_reads(*files_, plan, base, [&](const ReadWindow& w) {
     // The preferred folder's copy, else any copy not refused, else any not yet failed
     // (reading a refused copy re-checks it, which reopens a shard restored meanwhile).
     int pick = -1, fallback = -1;
@@ -335,72 +345,52 @@ bool ExpertStore::issue(int v, Submissions& out) {
       if (files_->refused(c)) continue;
       if (pick < 0 || files_->folder_of(c) == preferred) pick = c;
     }
-    if (pick < 0) pick = fallback;
-    if (pick < 0) return false;
-    const ShardFiles::Fds fds = files_->fds(pick);
-    ReadOp op;
-    op.fd = fds.read_fd;
-    op.buffered_fd = fds.buffered_fd;
-    op.shard = pick;
-    op.path = fds.path;
-    op.offset = w.file_offset;
-    op.length = w.length;
-    op.needed = w.needed;
-    op.dst = base + w.slot_offset;
-    ops.push_back(op);
-    s.copies.push_back(pick);
-    s.fds.push_back(fds.read_fd);
+    return pick < 0 ? fallback : pick;
+  });
+  if (ops.size() < plan.windows.size()) return false;  // a window has no copy left to try
+  s.copies.clear();
+  s.fds.clear();
+  for (const ReadOp& op : ops) {
+    s.copies.push_back(op.shard);
+    s.fds.push_back(op.fd);
   }
   out.push_back({make_tag(v, k), std::move(ops)});
   return true;
 }
 
 void ExpertStore::pump(Submissions& out) {
+  // Starts the reads at the front of `queue` while `room()` says the queue may take more;
+  // true when none is left waiting.
+  auto drain = [&](std::deque<int32_t>& queue, Origin origin, auto room) {
+    while (!queue.empty() && room()) {
+      const int32_t k = queue.front();
+      if (slot_of_[k] >= 0) {
+        queue.pop_front();
+        continue;
+      }
+      const int v = find_victim(false);
+      if (v < 0) break;
+      queue.pop_front();
+      start_read(v, k, origin, out);
+      if (origin == Origin::kPrefetch) slots_[v].reserved_epoch = epoch_;
+    }
+    return queue.empty();
+  };
   // Needed experts first, in the order they will be acquired, then the certain ones of the
   // coming layers. Only queue_depth reads are handed to the queue at a time, so a later,
   // more urgent request never waits behind a long list of queued guesses.
-  while (!want_needed_.empty() && loading_ < options_.queue_depth) {
-    const int32_t k = want_needed_.front();
-    if (slot_of_[k] >= 0) {
-      want_needed_.pop_front();
-      continue;
-    }
-    const int v = find_victim(false);
-    if (v < 0) break;
-    want_needed_.pop_front();
-    start_read(v, k, Origin::kPrefetch, out);
-    slots_[v].reserved_epoch = epoch_;
-  }
-  if (!want_needed_.empty()) return;
+  if (!drain(want_needed_, Origin::kPrefetch, [&] { return loading_ < options_.queue_depth; })) return;
   const int cap = options_.max_predicted_slots >= 0 ? options_.max_predicted_slots
                                                      : std::max<int>(1, static_cast<int>(slots_.size() / 2));
-  while (!want_expected_.empty() && loading_ < options_.queue_depth && predicted_unused_slots_ < cap) {
-    const int32_t k = want_expected_.front();
-    if (slot_of_[k] >= 0) {
-      want_expected_.pop_front();
-      continue;
-    }
-    const int v = find_victim(false);
-    if (v < 0) break;
-    want_expected_.pop_front();
-    start_read(v, k, Origin::kExpect, out);
-  }
-  if (!want_expected_.empty()) return;
+  if (!drain(want_expected_, Origin::kExpect,
+             [&] { return loading_ < options_.queue_depth && predicted_unused_slots_ < cap; }))
+    return;
   const bool idle_only = options_.max_predicted_in_flight >= 0;
   if (idle_only && loading_ > loading_predicted_) return;  // a needed read is in flight
   const int max_guesses = idle_only ? options_.max_predicted_in_flight : options_.queue_depth;
-  while (!want_predicted_.empty() && loading_ < options_.queue_depth && loading_predicted_ < max_guesses &&
-         predicted_unused_slots_ < cap) {
-    const int32_t k = want_predicted_.front();
-    if (slot_of_[k] >= 0) {
-      want_predicted_.pop_front();
-      continue;
-    }
-    const int v = find_victim(false);
-    if (v < 0) break;
-    want_predicted_.pop_front();
-    start_read(v, k, Origin::kPredict, out);
-  }
+  drain(want_predicted_, Origin::kPredict, [&] {
+    return loading_ < options_.queue_depth && loading_predicted_ < max_guesses && predicted_unused_slots_ < cap;
+  });
 }
 
 void ExpertStore::finish_read(Slot& s) {

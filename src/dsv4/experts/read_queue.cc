@@ -35,14 +35,6 @@ std::string eof_error(const ReadOp& op, uint64_t at) {
                      at);
 }
 
-// The fault layer's verdict on one read (a plain read when there is no fault layer).
-IoFaults::Action consult(IoFaults* faults, const ReadOp& op, uint64_t at, uint64_t length) {
-  if (faults) return faults->before_read(*op.path, at, length);
-  IoFaults::Action a;
-  a.length = length;
-  return a;
-}
-
 void note_refused(Job& job, int shard) {
   for (int s : job.outcome.refused_direct)
     if (s == shard) return;
@@ -101,18 +93,9 @@ class ThreadReadQueue final : public ReadQueue {
     uint64_t got = 0;
     while (got < op.needed) {
       const uint64_t at = op.offset + got;
-      const IoFaults::Action a = consult(faults_.get(), op, at, op.length - got);
       ++job.outcome.requests;
-      ssize_t n = 0;
-      int err = 0;
-      if (a.error) {
-        n = -1;
-        err = a.error;
-      } else if (!a.eof) {
-        n = ::pread(op.fd, op.dst + got, a.length, static_cast<off_t>(at));
-        err = n < 0 ? errno : 0;
-      }
-      if (a.not_before > 0) IoFaults::wait_until(a.not_before);
+      const ssize_t n = faulty_pread(faults_.get(), *op.path, op.fd, op.dst + got, op.length - got, at);
+      const int err = n < 0 ? errno : 0;
       if (n < 0 && err == EINTR) continue;
       if (n < 0 && err == EINVAL && op.fd != op.buffered_fd) {
         op.fd = op.buffered_fd;  // the kernel refused O_DIRECT here: read through the page cache
@@ -222,7 +205,7 @@ class UringReadQueue final : public ReadQueue {
 
   void queue_read(OpState* s) {
     const ReadOp& op = *s->op;
-    const IoFaults::Action a = consult(faults_.get(), op, op.offset + s->got, op.length - s->got);
+    const IoFaults::Action a = consult_faults(faults_.get(), *op.path, op.offset + s->got, op.length - s->got);
     ++s->job->outcome.requests;
     ++in_flight_ops_;
     s->not_before = a.not_before;

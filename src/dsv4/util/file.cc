@@ -14,29 +14,6 @@
 #include "dsv4/util/io_faults.h"
 
 namespace dsv4 {
-namespace {
-
-// pread through the fault layer (a plain pread without one). Returns what pread returns,
-// with errno set on failure.
-ssize_t pread_faulty(int fd, void* dst, size_t length, uint64_t offset, const std::string& path, IoFaults* faults) {
-  if (!faults) return ::pread(fd, dst, length, static_cast<off_t>(offset));
-  const IoFaults::Action a = faults->before_read(path, offset, length);
-  ssize_t n = 0;
-  int err = 0;
-  if (a.error) {
-    n = -1;
-    err = a.error;
-  } else if (!a.eof) {
-    n = ::pread(fd, dst, a.length, static_cast<off_t>(offset));
-    err = errno;
-  }
-  IoFaults::wait_until(a.not_before);
-  errno = err;
-  return n;
-}
-
-}  // namespace
-
 File File::open_read(const std::string& path) {
   int fd;
   do {
@@ -85,7 +62,7 @@ void File::read_exact(void* dst, uint64_t length, uint64_t offset, IoFaults* fau
   auto* out = static_cast<uint8_t*>(dst);
   while (length > 0) {
     size_t want = static_cast<size_t>(std::min(length, kChunk));
-    ssize_t got = pread_faulty(fd_, out, want, offset, path_, faults);
+    ssize_t got = faulty_pread(faults, path_, fd_, out, want, offset);
     if (got < 0) {
       if (errno == EINTR) continue;
       fail("{}: read of {} bytes at offset {} failed: {}", path_, want, offset, std::strerror(errno));
@@ -106,8 +83,8 @@ bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t
     uint64_t window = std::min<uint64_t>(bounce_size, (skip + length + kDirectAlign - 1) & ~(uint64_t{kDirectAlign} - 1));
     uint64_t filled = 0;
     while (filled < window) {
-      ssize_t got = pread_faulty(direct.fd(), bounce + filled, window - filled, aligned_start + filled,
-                                 direct.path(), faults);
+      ssize_t got = faulty_pread(faults, direct.path(), direct.fd(), bounce + filled, window - filled,
+                                 aligned_start + filled);
       if (got < 0) {
         if (errno == EINTR) continue;
         if (errno == EINVAL) return false;

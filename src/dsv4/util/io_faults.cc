@@ -1,5 +1,7 @@
 #include "dsv4/util/io_faults.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -130,6 +132,30 @@ void IoFaults::set_rules(std::vector<Rule> rules) {
 uint64_t IoFaults::injected() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return injected_;
+}
+
+IoFaults::Action consult_faults(IoFaults* faults, const std::string& path, uint64_t offset, uint64_t length) {
+  if (faults) return faults->before_read(path, offset, length);
+  IoFaults::Action a;
+  a.length = length;
+  return a;
+}
+
+ssize_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* dst, size_t length, uint64_t offset) {
+  if (!faults) return ::pread(fd, dst, length, static_cast<off_t>(offset));
+  const IoFaults::Action a = faults->before_read(path, offset, length);
+  ssize_t n = 0;
+  int err = 0;
+  if (a.error) {
+    n = -1;
+    err = a.error;
+  } else if (!a.eof) {
+    n = ::pread(fd, dst, a.length, static_cast<off_t>(offset));
+    err = n < 0 ? errno : 0;
+  }
+  IoFaults::wait_until(a.not_before);
+  errno = err;
+  return n;
 }
 
 }  // namespace dsv4

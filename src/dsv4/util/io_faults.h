@@ -17,6 +17,8 @@
 //       mbps=X      rate only
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -73,5 +75,14 @@ class IoFaults {
   std::vector<Rule> rules_;
   uint64_t injected_ = 0;
 };
+
+// The verdict on one read of `path`: the fault layer's, or a plain read of `length` bytes when
+// `faults` is null. For readers that issue the syscall themselves (io_uring).
+IoFaults::Action consult_faults(IoFaults* faults, const std::string& path, uint64_t offset, uint64_t length);
+
+// pread(2) through the fault layer (a plain pread when `faults` is null): returns what pread
+// returns, with errno set on failure, after a rate rule's wait. Every blocking reader (the
+// load's bulk reader, the pread threads of the expert read queue) reads through this.
+ssize_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* dst, size_t length, uint64_t offset);
 
 }  // namespace dsv4
