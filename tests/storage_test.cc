@@ -697,6 +697,49 @@ TEST(StorageFaults, AtEveryPointOfAStreamedGeneration) {
   }
 }
 
+// A read fault during a speculative verify pass of several draft rows: the generation fails
+// with the expert's error, and the session (which held an earlier turn) is rewound bit for bit
+// to where the generation started; the same session then gives the fault-free tokens.
+TEST(StorageFaults, AFailedVerifyPassRewindsTheSession) {
+  Copy primary("tiny-a");
+  const std::vector<int32_t> prompt = {496, 499, 84, 101, 288};
+  const FirstUses uses = first_uses(primary.dir, prompt, 6);
+  Checkpoint ck = Checkpoint::open(primary.dir);
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.max_tokens = 6;
+  r.chunk = 4;
+  // Oracle drafts, all right: the first decode pass feeds the first token and 4 drafts, every
+  // decode feed of greedy(prompt, 6), so the expert first needed in decode fails inside it.
+  r.spec = SpecMode::kOracle;
+  r.draft_max = 4;
+  r.oracle = uses.tokens;
+  GenerationCallbacks cb;
+  cb.detokenize = [](int32_t id) { return "<" + std::to_string(id) + ">"; };
+  for (IoBackend backend : kBackends) {
+    SCOPED_TRACE(name(backend));
+    auto faults = IoFaults::parse(fault_on_expert(ck, "eio", uses.decode.first, uses.decode.second, ":count=0"), "test");
+    auto engine = load_engine(primary.dir, streamed(backend, faults)).engine;
+    SessionState s = engine->new_session();
+    // An earlier turn: the prompt's first tokens (their experts are a subset of the prefill's).
+    engine->forward(s, std::span<const int32_t>(prompt).first(3), nullptr, LogitRows::kLast);
+    const SessionState before = s;
+    try {
+      generate(*engine, s, r, cb);
+      ADD_FAILURE() << "the generation must fail";
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), fmt::format("expert {} of layer {}", uses.decode.second, uses.decode.first)))
+          << e.what();
+    }
+    test::expect_same_session(s, before);
+    faults->clear();
+    const GenerationResult again = generate(*engine, s, r, cb);
+    EXPECT_EQ(again.tokens, uses.tokens);
+    EXPECT_GT(again.stats.accepted_tokens, 0);
+  }
+}
+
 // Logits with mirrors (reads split between folders, and with every read of the checkpoint's
 // folder failing) are bit-identical to the resident ones, on every fixture.
 TEST(StorageFaults, MirrorsGiveBitIdenticalLogits) {
