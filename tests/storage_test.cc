@@ -861,6 +861,44 @@ TEST(StorageFaults, TheServerFailsTheRequestAndKeepsServing) {
   }
 }
 
+// A bad expert scale (0xFF NaN, 0xFE 2^127) met by a streamed request: a 5xx JSON error naming
+// the layer and expert, no logits; /health says degraded; a request that does not need the
+// expert is still answered.
+TEST(ExpertValues, TheServerAnswersABadScaleWith5xxJson) {
+  for (uint8_t code : {uint8_t{0xFF}, uint8_t{0xFE}}) {
+    SCOPED_TRACE(static_cast<int>(code));
+    Copy c("tiny-a");
+    corrupt_scale(c.dir, {2, 5, code});
+    text::Tokenizer tokenizer = text::Tokenizer::from_file(fixture("tiny-a") + "/tokenizer.json");
+    auto engine = load_engine(c.dir, streamed(IoBackend::kAuto)).engine;
+    server::ServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    so.model_name = "tiny-a";
+    so.defaults.vocab_size = static_cast<int32_t>(engine->config().vocab_size);
+    server::Server server(*engine, tokenizer, so);
+    const int port = server.bind();
+    server.start();
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(120);
+    nlohmann::json body = {{"model", "tiny-a"}, {"prompt", long_prompt()}, {"max_tokens", 2}, {"temperature", 0}};
+    auto r = client.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_GE(r->status, 500);
+    const auto error = nlohmann::json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(error.is_object()) << r->body;
+    EXPECT_TRUE(contains(error["error"]["message"].get<std::string>(), "expert 5 of layer 2: ")) << r->body;
+    EXPECT_TRUE(contains(error["error"]["message"].get<std::string>(), "E8M0 scale")) << r->body;
+    EXPECT_FALSE(error.contains("choices")) << r->body;
+    EXPECT_EQ(nlohmann::json::parse(client.Get("/health")->body)["status"], "degraded");
+    body["prompt"] = short_prompt();
+    auto ok = client.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+    server.stop();
+  }
+}
+
 }  // namespace
 }  // namespace dsv4
 
