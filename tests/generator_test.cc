@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/generator.h"
@@ -228,6 +229,75 @@ TEST_F(GeneratorTest, CancelStopsPromptly) {
   GenerationResult g = generate(*engine_, s, r, cb);
   EXPECT_EQ(g.finish, FinishReason::kCancelled);
   EXPECT_TRUE(g.tokens.empty());
+}
+
+TEST_F(GeneratorTest, LogprobsAreLogSoftmaxOfTheModelsLogitsEvenUnderAFilter) {
+  const int64_t V = engine_->config().vocab_size;
+  // The logits at each step of a run that bans the greedy first token (so the filter matters).
+  const std::vector<int32_t> greedy = greedy_ids(prompt_, 1);
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.sampling.temperature = 0;
+  r.max_tokens = 5;
+  r.top_logprobs = 3;
+  r.logits_filter = [&](std::span<const int32_t> generated, std::span<float> logits) {
+    if (generated.empty()) logits[greedy[0]] = -std::numeric_limits<float>::infinity();
+  };
+  std::string streamed;
+  std::vector<TokenLogprob> seen;
+  auto cb = callbacks(&streamed);
+  cb.on_logprob = [&](const TokenLogprob& lp) { seen.push_back(lp); };
+  SessionState s = engine_->new_session();
+  GenerationResult g = generate(*engine_, s, r, cb);
+  ASSERT_EQ(g.logprobs.size(), 5u);
+  EXPECT_NE(g.tokens[0], greedy[0]);
+  ASSERT_EQ(seen.size(), g.logprobs.size());
+
+  // Teacher-forced logits of the same tokens, log-softmax in double.
+  std::vector<int32_t> all = prompt_;
+  all.insert(all.end(), g.tokens.begin(), g.tokens.end() - 1);
+  std::vector<float> logits(all.size() * static_cast<size_t>(V));
+  SessionState t = engine_->new_session();
+  engine_->forward(t, all, logits.data(), LogitRows::kAll);
+  for (size_t i = 0; i < g.logprobs.size(); ++i) {
+    const float* row = logits.data() + (prompt_.size() - 1 + i) * static_cast<size_t>(V);
+    double max = row[0];
+    for (int64_t v = 1; v < V; ++v) max = std::max(max, static_cast<double>(row[v]));
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - max);
+    const double log_z = max + std::log(sum);
+    const TokenLogprob& lp = g.logprobs[i];
+    EXPECT_EQ(lp.token, g.tokens[i]);
+    EXPECT_NEAR(lp.logprob, row[lp.token] - log_z, 1e-5) << "step " << i;
+    EXPECT_EQ(seen[i].logprob, lp.logprob);
+    ASSERT_EQ(lp.top.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(lp.top[k].second, row[lp.top[k].first] - log_z, 1e-5);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_GE(lp.top[1].second, lp.top[2].second);
+    // The first step's top-1 is the banned greedy token: the filter does not change logprobs.
+    if (i == 0) EXPECT_EQ(lp.top[0].first, greedy[0]);
+    else EXPECT_EQ(lp.top[0].first, lp.token);  // greedy after the first step
+  }
+}
+
+TEST_F(GeneratorTest, StopStringThatEndedItIsReported) {
+  std::vector<int32_t> ids = greedy_ids(prompt_, 4);
+  GenerationRequest r;
+  r.prompt = prompt_;
+  r.sampling.temperature = 0;
+  r.max_tokens = 20;
+  const std::string late = "<" + std::to_string(ids[3]) + ">", early = "<" + std::to_string(ids[1]) + ">";
+  r.stop_strings = {late, early};
+  std::string streamed;
+  SessionState s = engine_->new_session();
+  GenerationResult g = generate(*engine_, s, r, callbacks(&streamed));
+  EXPECT_EQ(g.finish, FinishReason::kStop);
+  EXPECT_EQ(g.stop_string, early);
+  EXPECT_TRUE(g.logprobs.empty());  // not requested
+  r.stop_strings.clear();
+  r.max_tokens = 2;
+  SessionState s2 = engine_->new_session();
+  EXPECT_EQ(generate(*engine_, s2, r, callbacks(&streamed)).stop_string, "");
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
 
 #include "dsv4/model/undo_log.h"
 #include "dsv4/runtime/session_mark.h"
@@ -27,6 +30,28 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
     }
   }
   return hold;
+}
+
+// log-softmax of `logits` at `token`, and the `top` most likely tokens, in double precision.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top, std::vector<int32_t>& ids) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max = std::max(max, static_cast<double>(l));
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = max + std::log(sum);
+  auto logprob = [&](int32_t id) { return static_cast<float>(static_cast<double>(logits[id]) - log_z); };
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = logprob(token);
+  const size_t n = std::min(static_cast<size_t>(top), logits.size());
+  if (n > 0) {
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(n), ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (size_t i = 0; i < n; ++i) out.top.emplace_back(ids[i], logprob(ids[i]));
+  }
+  return out;
 }
 
 }  // namespace
@@ -136,16 +161,27 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   const auto decode_start = Clock::now();
   result.finish = FinishReason::kLength;
   bool stop_string_hit = false;
-  // Draws the next token from `row` (the logits after the last token taken), masked by the
-  // constraint, which then advances over the token drawn (every token drawn is taken).
+  std::vector<int32_t> top_ids;  // scratch for the top log-probabilities
+  std::vector<float> raw;        // the engine's logits of the row drawn from, before any filter or mask
+  TokenLogprob drawn;            // the log-probability of the token draw() returned last
+  // Draws the next token from `row` (the logits after the last token taken): its
+  // log-probability is taken from the engine's own logits, then the logits filter and the
+  // constraint's mask apply, and the constraint advances over the token drawn (every token
+  // drawn is taken).
   auto draw = [&](std::span<float> row) {
+    const bool changed = req.logits_filter || constraint;
+    if (req.top_logprobs >= 0 && changed) raw.assign(row.begin(), row.end());
+    if (req.logits_filter) req.logits_filter(result.tokens, row);
     if (constraint) constraint->mask(row);
     if (cb.on_logits) cb.on_logits(row);
     const int32_t next = sampler.sample(row, history);
     if (constraint) constraint->advance(next);
+    if (req.top_logprobs >= 0)
+      drawn = token_logprob(changed ? std::span<const float>(raw) : std::span<const float>(row), next,
+                            req.top_logprobs, top_ids);
     return next;
   };
-  // Takes a sampled token: false when it ends the generation (result.finish says why).
+  // Takes a drawn token: false when it ends the generation (result.finish says why).
   // `fed_next`: the token is the first row of the next pass (not a draft that pass already fed).
   auto take = [&](int32_t next, bool fed_next) {
     result.tokens.push_back(next);
@@ -155,6 +191,10 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       result.finish = FinishReason::kStop;
       return false;
     }
+    if (req.top_logprobs >= 0) {
+      result.logprobs.push_back(std::move(drawn));
+      if (cb.on_logprob) cb.on_logprob(result.logprobs.back());
+    }
     if (fed_next && static_cast<int64_t>(result.tokens.size()) < req.max_tokens)
       engine.anticipate(std::span<const int32_t>(&next, 1));  // its reads start now
     pending += cb.detokenize(next);
@@ -163,6 +203,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       if (at != std::string::npos) {
         pending.resize(at);
         stop_string_hit = true;
+        result.stop_string = s;  // the earliest match wins: later ones must start before it
       }
     }
     if (stop_string_hit) {

@@ -40,6 +40,24 @@ struct GenerationRequest {
   SpecMode spec = SpecMode::kOff;
   int draft_max = static_cast<int>(setting_default<int64_t>("draft_max"));
   std::vector<int32_t> oracle;  // kOracle: the continuation to draft from (benchmarks)
+  // Log-probabilities of the generated tokens: -1 none; n >= 0: the chosen token's and the n
+  // most likely alternatives' (see TokenLogprob).
+  int top_logprobs = -1;
+  // Changes each step's logits before sampling (after the log-probabilities are taken, which
+  // stay the model's own, and before the constraint's mask): banned tokens, forced tokens.
+  // `generated`: the tokens taken so far in this generation (with drafting too: a filter sees
+  // exactly what one-by-one decoding would show it).
+  std::function<void(std::span<const int32_t> generated, std::span<float> logits)> logits_filter;
+};
+
+// The model's log-probability of a generated token: log-softmax of the engine's logits the
+// token was drawn from (with drafting: the verify pass's row that drew it), before sampling
+// settings, the logits filter and the constraint's mask; and the `top` most likely tokens
+// (most likely first, lower id first on ties).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 struct GenerationStats {
@@ -74,6 +92,9 @@ struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (a final stop id included)
   std::string text;             // the emitted text (stop string and stop ids excluded)
   FinishReason finish = FinishReason::kLength;
+  std::string stop_string;      // the stop string that ended it ("" for any other end)
+  // With top_logprobs >= 0: one per generated token, a final stop id excluded.
+  std::vector<TokenLogprob> logprobs;
   GenerationStats stats;
 };
 
@@ -83,6 +104,8 @@ struct GenerationCallbacks {
   // Flushes any incomplete trailing bytes at the end (optional).
   std::function<std::string()> flush;
   std::function<void(const std::string&)> on_text;                     // optional
+  // Each entry of GenerationResult::logprobs as soon as its token is sampled (optional).
+  std::function<void(const TokenLogprob&)> on_logprob;
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // optional
   const std::atomic<bool>* cancel = nullptr;                           // optional
   // The logits each generated token was drawn from, in order (optional; tests, log-probs).
