@@ -1,13 +1,14 @@
 // libFuzzer target for a request as the server reads it: the HTTP head and framing
 // (parse_http_request: Beast's parser plus the server's own rules), then the JSON body through
 // the API layer the way the server parses it (only the endpoint's fields are built, within
-// the value bound), for both OpenAI endpoints. Refusals (ApiError, ApiException) are expected;
+// the value bound), for the OpenAI endpoints and Anthropic's Messages API. Refusals (ApiError, ApiException) are expected;
 // crashes, sanitizer reports and any other exception are bugs.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <variant>
 
+#include "dsv4/server/anthropic_api.h"
 #include "dsv4/server/http_request.h"
 #include "dsv4/server/openai_api.h"
 
@@ -18,9 +19,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!std::holds_alternative<ParsedRequest>(parsed)) return 0;
   const ParsedRequest& r = std::get<ParsedRequest>(parsed);
   const std::string path = r.head.path();
-  const bool chat = path == "/v1/chat/completions";
-  // Any other path still sends its body through a parser: the two endpoints take turns.
-  const bool use_chat = chat || (path != "/v1/completions" && !r.body.empty() && r.body.size() % 2 == 0);
+  // Any other path still sends its body through a parser: the endpoints take turns.
+  int api = r.body.size() % 3;  // 0 chat, 1 completions, 2 messages
+  if (path == "/v1/chat/completions") api = 0;
+  if (path == "/v1/completions") api = 1;
+  if (path.rfind("/v1/messages", 0) == 0) api = 2;
   // Every field given: the defaults' initializers read the settings table, which this
   // parsers-only build does not link.
   const RequestDefaults defaults{.sampling = {}, .seed = std::nullopt, .max_tokens = 512, .stop = {},
@@ -28,10 +31,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RequestLimits limits;
   limits.max_json_values = 4096;
   try {
-    const FieldList& fields = use_chat ? chat_request_fields() : completion_request_fields();
+    const FieldList& fields = api == 0   ? chat_request_fields()
+                              : api == 1 ? completion_request_fields()
+                                         : anthropic::messages_request_fields();
     const Json body = parse_json_body(r.body, limits, &fields);
-    if (use_chat) parse_chat_request(body, defaults, limits);
-    else parse_completion_request(body, defaults, limits);
+    if (api == 0) parse_chat_request(body, defaults, limits);
+    else if (api == 1) parse_completion_request(body, defaults, limits);
+    else anthropic::parse_messages_request(body, defaults, limits, path == "/v1/messages/count_tokens");
   } catch (const ApiException&) {
   }
   return 0;

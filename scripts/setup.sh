@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsimdjson-dev libboost1.74-dev libcpp-httplib-dev libcli11-dev libfmt-dev
-  liburing-dev libpcre2-dev
+  liburing-dev libpcre2-dev libxxhash-dev
   python3-numpy
   # The demo model's trainer and its engine-vs-torch test (tools/demo_model): Debian's torch,
   # OpenBLAS under it (the default reference BLAS is ~10x slower), the King James Bible it is

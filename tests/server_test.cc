@@ -230,6 +230,44 @@ TEST(ApiRequestParsing, AssistantToolCallsAndToolResultsEncodeLikeTheEncoder) {
   EXPECT_NE(r.prompt_text.find("invoke name=\"get_weather\""), std::string::npos);
 }
 
+// Reasoning sent back in earlier assistant turns: dropped before the last user turn in thinking
+// mode (official golden 2), kept when tools are present (golden 1), never shown in chat mode.
+TEST(ApiRequestParsing, EarlierReasoningIsTreatedAsTheOfficialEncodingSays) {
+  const std::string data = "tests/data/dsv4_encoding/";
+  const std::string opening = std::string(chat::kAssistant) + std::string(chat::kThinkStart);
+  auto golden_prefix = [&](const std::string& file) {
+    const std::string text = test::read_file(data + file);
+    return text.substr(0, text.rfind(opening) + opening.size());
+  };
+  // The goldens spell the field "reasoning"; clients send reasoning_content (both are accepted).
+  auto as_sent = [](Json messages, const char* field) {
+    messages.erase(messages.size() - 1);
+    for (Json& m : messages)
+      if (m.contains("reasoning")) {
+        Json r = m["reasoning"];
+        m.erase("reasoning");
+        m[field] = r;
+      }
+    return messages;
+  };
+  for (const char* field : {"reasoning_content", "reasoning"}) {
+    Json body = chat_body(as_sent(Json::parse(test::read_file(data + "test_input_2.json")), field));
+    body["reasoning_effort"] = "high";
+    EXPECT_EQ(parse_chat_request(body, defaults()).prompt_text, golden_prefix("test_output_2.txt")) << field;
+    body.erase("reasoning_effort");
+    const std::string chat_mode = parse_chat_request(body, defaults()).prompt_text;
+    EXPECT_EQ(chat_mode.find("greet back"), std::string::npos) << chat_mode;
+
+    const Json golden = Json::parse(test::read_file(data + "test_input_1.json"));
+    Json with_tools = chat_body(as_sent(golden["messages"], field));
+    with_tools["tools"] = golden["tools"];
+    with_tools["reasoning_effort"] = "high";
+    const std::string prompt = parse_chat_request(with_tools, defaults()).prompt_text;
+    EXPECT_EQ(prompt, golden_prefix("test_output_1.txt")) << field;
+    EXPECT_NE(prompt.find("I should use the get_weather tool."), std::string::npos);
+  }
+}
+
 TEST(ApiRequestParsing, SamplingStopAndDefaults) {
   RequestDefaults d = defaults();
   d.stop = {"END"};
@@ -734,7 +772,8 @@ std::vector<BadRequest> bad_requests() {
       {"include_usage a string", "POST", chat, with("\"stream\":true,\"stream_options\":{\"include_usage\":\"y\"}"), 400,
        "stream_options.include_usage"},
       {"n = 2", "POST", chat, with("\"n\":2"), 400, "n"},
-      {"logprobs", "POST", chat, with("\"logprobs\":true"), 400, "logprobs"},
+      {"top_logprobs without logprobs", "POST", chat, with("\"top_logprobs\":3"), 400, "top_logprobs"},
+      {"too many top_logprobs", "POST", chat, with("\"logprobs\":true,\"top_logprobs\":21"), 400, "top_logprobs"},
       {"frequency_penalty", "POST", chat, with("\"frequency_penalty\":0.5"), 400, "frequency_penalty"},
       {"xml response_format", "POST", chat, with("\"response_format\":{\"type\":\"xml\"}"), 400,
        "response_format.type"},
@@ -789,7 +828,9 @@ std::vector<BadRequest> bad_requests() {
 }
 
 TEST(Server, MalformedRequestsGetTheRight4xxAndTheServerKeepsServing) {
-  TestServer s;
+  ServerOptions o = test_options();
+  o.strict_model = true;  // "unknown model" is one of the cases
+  TestServer s(o);
   const std::vector<BadRequest> cases = bad_requests();
   ASSERT_GE(cases.size(), 50u);
   for (const BadRequest& c : cases) {
@@ -820,6 +861,85 @@ TEST(Server, MalformedRequestsGetTheRight4xxAndTheServerKeepsServing) {
   EXPECT_NE(metrics.find("dsv4_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}"), std::string::npos);
   EXPECT_NE(metrics.find("dsv4_requests_total{endpoint=\"/v1/chat/completions\",status=\"413\"} 1"), std::string::npos)
       << metrics;
+}
+
+TEST(Server, AnyModelIdIsAnsweredUnlessStrictAndAliasesAreListed) {
+  ServerOptions o = test_options();
+  o.model_aliases = {"deepseek-chat", "gpt-4o"};
+  {
+    TestServer s(o);
+    Json body = user_chat("Hi", 2);
+    body["model"] = "claude-sonnet-4-5";
+    Reply r = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json["model"], "tiny-a");  // answered as the served model
+    Reply models = get(s, "/v1/models");
+    ASSERT_EQ(models.json["data"].size(), 3u);
+    EXPECT_EQ(models.json["data"][0]["id"], "tiny-a");
+    EXPECT_EQ(models.json["data"][1]["id"], "deepseek-chat");
+    EXPECT_EQ(models.json["data"][2]["id"], "gpt-4o");
+    EXPECT_EQ(get(s, "/v1/models/anything").json["id"], "anything");
+    // Anthropic's clients get Anthropic's list shape.
+    Reply listed = get(s, "/v1/models", {{"anthropic-version", "2023-06-01"}});
+    EXPECT_EQ(listed.json["data"][1]["type"], "model");
+    EXPECT_EQ(listed.json["first_id"], "tiny-a");
+    EXPECT_EQ(listed.json["has_more"], false);
+  }
+  o.strict_model = true;
+  TestServer s(o);
+  Json body = user_chat("Hi", 2);
+  body["model"] = "gpt-4o";
+  EXPECT_EQ(post(s, "/v1/chat/completions", body).status, 200);
+  body["model"] = "claude-sonnet-4-5";
+  Reply refused = post(s, "/v1/chat/completions", body);
+  EXPECT_EQ(refused.status, 404);
+  EXPECT_EQ(refused.json["error"]["code"], "model_not_found");
+  EXPECT_EQ(get(s, "/v1/models/claude-sonnet-4-5").status, 404);
+  EXPECT_EQ(get(s, "/v1/models/deepseek-chat").status, 200);
+  // The Messages API refuses it too, in Anthropic's shape.
+  Reply messages = post(s, "/v1/messages", Json{{"model", "claude-sonnet-4-5"}, {"max_tokens", 2}, {"messages", body["messages"]}});
+  EXPECT_EQ(messages.status, 404);
+  EXPECT_EQ(messages.json, Json::parse(R"({"type": "error", "error": {"type": "not_found_error", "message": )" +
+                                       Json(messages.json["error"]["message"]).dump() + "}}"));
+}
+
+TEST(Server, MessagesApiErrorsHaveAnthropicsShapeAndKeys) {
+  ServerOptions o = test_options();
+  o.api_key = "k-1";
+  TestServer s(o);
+  const Json ok = {{"model", "m"}, {"max_tokens", 2}, {"messages", Json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+  struct Case {
+    std::string path, body, content_type;
+    httplib::Headers headers;
+    int status;
+    std::string type;
+  };
+  const httplib::Headers key = {{"x-api-key", "k-1"}};
+  const std::vector<Case> cases = {
+      {"/v1/messages", ok.dump(), "application/json", {}, 401, "authentication_error"},
+      {"/v1/messages", ok.dump(), "application/json", {{"x-api-key", "k-2"}}, 401, "authentication_error"},
+      {"/v1/messages", "{", "application/json", key, 400, "invalid_request_error"},
+      {"/v1/messages", ok.dump(), "text/plain", key, 415, "invalid_request_error"},
+      {"/v1/messages", R"({"model": "m", "messages": []})", "application/json", key, 400, "invalid_request_error"},
+      {"/v1/messages/count_tokens", R"({"model": "m"})", "application/json", key, 400, "invalid_request_error"},
+      {"/v1/messages", "{\"model\": \"" + std::string(2 << 20, 'a') + "\"}", "application/json", key, 413,
+       "request_too_large"},
+  };
+  for (const Case& c : cases) {
+    auto res = s.client().Post(c.path.c_str(), c.headers, c.body, c.content_type.c_str());
+    ASSERT_TRUE(res) << c.path;
+    EXPECT_EQ(res->status, c.status) << res->body;
+    const Json j = Json::parse(res->body, nullptr, false);
+    EXPECT_EQ(j["type"], "error") << res->body;
+    EXPECT_EQ(j["error"]["type"], c.type) << res->body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  }
+  Reply counted = post(s, "/v1/messages/count_tokens", ok, key);
+  ASSERT_EQ(counted.status, 200) << counted.body;
+  Reply answered = post(s, "/v1/messages", ok, {{"Authorization", "Bearer k-1"}});
+  ASSERT_EQ(answered.status, 200) << answered.body;
+  EXPECT_EQ(counted.json["input_tokens"], answered.json["usage"]["input_tokens"]);
+  EXPECT_EQ(answered.json["usage"]["output_tokens"], 2);
 }
 
 TEST(Server, ApiKeyIsRequiredOnTheApiButNotOnHealthOrThePage) {

@@ -111,6 +111,10 @@ struct ServeOptions {
   int64_t cache_mb = 0;
   int64_t max_body_mb = 0;
   int token_delay_ms = 0;  // DSV4_TEST_TOKEN_DELAY_MS (test hook)
+  std::string cache_dir;   // the prefix cache's disk tier ("" = none)
+  int64_t cache_dir_mb = 0;
+  std::vector<std::string> model_aliases;
+  bool strict_model = false;
 };
 int serve(const ServeOptions& o);
 

@@ -156,7 +156,9 @@ void register_chat(CLI::App& app, Bindings& b, Commands& c) {
 void register_serve(CLI::App& app, Bindings& b, Commands& c) {
   // Sampling flags become the defaults of requests that leave a field out.
   auto* cmd = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions) and a web chat page at /");
+      "serve",
+      "OpenAI- and Anthropic-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/messages) and a web "
+      "chat page at /");
   dsv4::cli::ServeOptions& s = c.serve;
   add_model_options(b, cmd, s.model, false);
   add_sampling_options(b, cmd, s.sampling);
@@ -168,6 +170,10 @@ void register_serve(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "cache_entries", s.cache_entries);
   b.add(cmd, "cache_mb", s.cache_mb);
   b.add(cmd, "max_body_mb", s.max_body_mb);
+  b.add(cmd, "cache_dir", s.cache_dir);
+  b.add(cmd, "cache_dir_mb", s.cache_dir_mb);
+  b.add(cmd, "model_alias", s.model_aliases);
+  b.add(cmd, "strict_model", s.strict_model);
   b.add(cmd, "test_token_delay_ms", s.token_delay_ms);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::serve(c.serve); }});
 }

@@ -131,6 +131,10 @@ int serve(const ServeOptions& o) {
   so.scheduler.max_queue = static_cast<size_t>(o.max_queue);
   so.scheduler.cache_entries = static_cast<size_t>(o.cache_entries);
   so.scheduler.cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
+  so.scheduler.cache_dir = o.cache_dir;
+  so.scheduler.cache_dir_bytes = static_cast<uint64_t>(o.cache_dir_mb) << 20;
+  so.model_aliases = o.model_aliases;
+  so.strict_model = o.strict_model;
   so.scheduler.context_limit = o.model.ctx;
   so.scheduler.chunk = o.model.chunk;
 

@@ -61,6 +61,7 @@ class Engine {
                                         std::unique_ptr<ExpertProvider> experts);
 
   const ModelConfig& config() const { return checkpoint_->config(); }
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
   ExpertProvider& experts() { return *experts_; }
   kernels::Numerics numerics() const { return options_.numerics; }
   int threads() const { return pool_.size(); }

@@ -1,8 +1,12 @@
 // Everything one sequence carries from token to token. Sessions are plain values: copy one
 // to fork a conversation (prefix reuse) — the engine's weights are shared, never copied.
+// visit_fields below lists every field once, for whatever must walk them all (serialization
+// in session_io, byte accounting in the prefix cache): a field added here must be added there
+// too, and tests/session_io_test.cc fails until it is.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace dsv4 {
@@ -23,6 +27,8 @@ struct CompressorState {
   // Emitted entries, one per complete window: [n_entries, dim].
   std::vector<float> entries;
   int64_t n_entries = 0;
+
+  bool operator==(const CompressorState&) const = default;
 };
 
 struct LayerState {
@@ -30,6 +36,8 @@ struct LayerState {
   std::vector<float> window_kv;  // [window, head_dim]
   CompressorState compressor;    // CSA / HCA layers
   CompressorState indexer;       // CSA layers: keys of the lightning indexer
+
+  bool operator==(const LayerState&) const = default;
 };
 
 // What the MTP drafter (spec §4.1) needs besides its layer's window (LayerState): the main
@@ -38,6 +46,8 @@ struct MtpState {
   std::vector<float> streams;            // [window, hc, D]; row = position mod window
   std::vector<int64_t> stream_position;  // [window] the position each row holds (-1: none)
   int64_t position = 0;                  // the MTP layer's window holds positions < this
+
+  bool operator==(const MtpState&) const = default;
 };
 
 struct SessionState {
@@ -55,6 +65,48 @@ struct SessionState {
   uint64_t bytes() const;
   // The most a session of `c` holds at `context` tokens: the planner's reserve per session.
   static uint64_t bytes_at(const ModelConfig& c, int64_t context, bool mtp = false);
+
+  bool operator==(const SessionState&) const = default;
 };
+
+// Calls `v(field)` for every field of `s`, in a fixed order: scalars (int64_t, bool), vectors
+// of numbers, and std::vector<LayerState>, whose elements the visitor walks with visit_fields
+// again. Works on const and non-const sessions alike (writers and readers share the order).
+template <typename C, typename Visitor>
+  requires std::is_same_v<std::remove_const_t<C>, CompressorState>
+void visit_fields(C& c, Visitor& v) {
+  v(c.pending_kv);
+  v(c.pending_gate);
+  v(c.previous_kv);
+  v(c.previous_gate);
+  v(c.has_previous);
+  v(c.entries);
+  v(c.n_entries);
+}
+
+template <typename L, typename Visitor>
+  requires std::is_same_v<std::remove_const_t<L>, LayerState>
+void visit_fields(L& l, Visitor& v) {
+  v(l.window_kv);
+  visit_fields(l.compressor, v);
+  visit_fields(l.indexer, v);
+}
+
+template <typename M, typename Visitor>
+  requires std::is_same_v<std::remove_const_t<M>, MtpState>
+void visit_fields(M& m, Visitor& v) {
+  v(m.streams);
+  v(m.stream_position);
+  v(m.position);
+}
+
+template <typename S, typename Visitor>
+  requires std::is_same_v<std::remove_const_t<S>, SessionState>
+void visit_fields(S& s, Visitor& v) {
+  v(s.position);
+  v(s.tokens);
+  v(s.layers);
+  visit_fields(s.mtp, v);
+}
 
 }  // namespace dsv4

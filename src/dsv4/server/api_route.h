@@ -5,7 +5,8 @@
 // authentication and the queue decision before the body is read, the body's memory bound,
 // tokenization, the context check, scheduling, cancellation when the client goes away, and
 // honest accounting. Adding an API (another wire format) is a parse function, a format and
-// one entry in the server's route list.
+// one entry in the server's route list. A route that answers without the engine (Anthropic's
+// count_tokens) has `answer_at_once` instead of a format: it takes no place in the queue.
 #pragma once
 
 #include <functional>
@@ -37,10 +38,14 @@ class ResponseFormat {
 
 struct GenerationRoute {
   std::string path;       // e.g. "/v1/chat/completions"
-  std::string id_prefix;  // response ids are "<prefix>-<16 hex digits>"
+  std::string id_prefix;  // response ids are "<prefix><16 hex digits>" ("chatcmpl-", "msg_")
   FieldList fields;       // top-level body fields `parse` reads; others are skipped unbuilt
   std::function<ApiRequest(const Json& body)> parse;
-  std::function<std::unique_ptr<ResponseFormat>(const ApiRequest&, const ResponseHeader&)> format;
+  // The response of a queued job (the format may read the job's log-probabilities and start).
+  std::function<std::unique_ptr<ResponseFormat>(const ApiRequest&, const ResponseHeader&, const std::shared_ptr<Job>&)>
+      format;
+  // Set for a route that answers from the parsed request alone: the JSON response.
+  std::function<std::string(const ApiRequest&)> answer_at_once;
   // The JSON of an error response (default: OpenAI's shape, ApiError::body()).
   std::function<std::string(const ApiError&)> error_body;
 };

@@ -1,6 +1,9 @@
 #include "dsv4/server/chat_output.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
 
 #include "dsv4/text/dsml.h"
 #include "dsv4/util/error.h"
@@ -93,6 +96,32 @@ ChatDelta ChatOutputParser::finish() {
   block_.clear();
   phase_ = Phase::kContent;
   return out;
+}
+
+LogitsFilter answer_logits_filter(const AnswerRules& rules) {
+  const bool budget = rules.thinking_budget > 0 && rules.think_end >= 0;
+  if (rules.banned.empty() && !budget) return nullptr;
+  // Whether the reasoning has been closed, found by scanning each generated token once.
+  struct Progress {
+    size_t scanned = 0;
+    bool closed = false;
+  };
+  auto progress = std::make_shared<Progress>();
+  return [rules, budget, progress](std::span<const int32_t> generated, std::span<float> logits) {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    for (int32_t id : rules.banned)
+      if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] = kNever;
+    if (!budget) return;
+    Progress& p = *progress;
+    if (generated.size() < p.scanned) p = Progress{};  // a new generation
+    for (; p.scanned < generated.size(); ++p.scanned)
+      if (generated[p.scanned] == rules.think_end) p.closed = true;
+    if (p.closed || static_cast<int64_t>(generated.size()) < rules.thinking_budget) return;
+    if (static_cast<size_t>(rules.think_end) >= logits.size()) return;
+    const float keep = logits[rules.think_end];
+    std::fill(logits.begin(), logits.end(), kNever);
+    logits[rules.think_end] = std::isfinite(keep) ? keep : 0.0f;
+  };
 }
 
 }  // namespace dsv4::server

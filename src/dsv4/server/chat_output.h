@@ -6,6 +6,9 @@
 // responses both go through this one class, so they cannot disagree.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,5 +44,15 @@ class ChatOutputParser {
   std::string pending_;  // not yet final
   std::string block_;    // the tool-call block so far
 };
+
+// Rules on the answer's tokens, applied as a logits filter (GenerationRequest::logits_filter).
+struct AnswerRules {
+  std::vector<int32_t> banned;   // never sampled (e.g. ｜DSML｜ when tools may not be called)
+  int32_t think_end = -1;        // the token that closes the reasoning (</think>)
+  int64_t thinking_budget = 0;   // > 0: once the reasoning has this many tokens, think_end is forced
+};
+using LogitsFilter = std::function<void(std::span<const int32_t> generated, std::span<float> logits)>;
+// Null when there is no rule to apply.
+LogitsFilter answer_logits_filter(const AnswerRules& rules);
 
 }  // namespace dsv4::server

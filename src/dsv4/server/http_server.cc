@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -31,7 +32,10 @@
 #include <fmt/format.h>
 
 #include "dsv4/constrain/constraint_cache.h"
+#include "dsv4/server/anthropic_api.h"
+#include "dsv4/server/anthropic_routes.h"
 #include "dsv4/server/beast_request.h"
+#include "dsv4/server/chat_output.h"
 #include "dsv4/server/openai_routes.h"
 #include "dsv4/server/web_assets.h"
 #include "dsv4/util/error.h"
@@ -133,6 +137,21 @@ Reply error_reply(const ApiError& e, std::string body = "") {
   return Reply{e.status, "application/json", body.empty() ? e.body() : std::move(body), {}};
 }
 
+// Anthropic's clients (the Messages API, or any request with an anthropic-version header) get
+// Anthropic's error shape; everyone else OpenAI's.
+bool wants_anthropic(const HttpHead& head) {
+  return head.path().rfind("/v1/messages", 0) == 0 || head.find("anthropic-version") != nullptr;
+}
+Reply error_reply_for(const HttpHead& head, const ApiError& e) {
+  return error_reply(e, wants_anthropic(head) ? anthropic::error_body(e) : e.body());
+}
+
+std::vector<GenerationRoute> all_routes(const ServerOptions& o, const text::Tokenizer& tokenizer) {
+  std::vector<GenerationRoute> routes = openai_routes(o.defaults, o.limits, tokenizer);
+  for (GenerationRoute& r : anthropic_routes(o.defaults, o.limits, tokenizer)) routes.push_back(std::move(r));
+  return routes;
+}
+
 // Runs f() on `pool` and resumes the awaiting coroutine on its own executor with the result.
 template <typename F>
 awaitable<std::invoke_result_t<F&>> on_pool(net::thread_pool& pool, F f) {
@@ -176,7 +195,7 @@ struct Server::Impl {
         tokenizer(t),
         options(std::move(o)),
         scheduler(e, t, metrics, options.scheduler),
-        routes(openai_routes(options.defaults, options.limits)),
+        routes(all_routes(options, t)),
         constraints(t),
         loopback(is_loopback_host(options.host)),
         started_at(unix_now()),
@@ -193,6 +212,7 @@ struct Server::Impl {
     std::optional<ApiError> error;
     ApiRequest request;
     JobInput input;
+    std::string answer;  // a route that answers at once (answer_at_once)
   };
 
   // A handler waiting for its job: woken (timer cancelled) by the job's news or by the peer
@@ -264,7 +284,10 @@ struct Server::Impl {
   awaitable<BodyLease> acquire_body_bytes(size_t bytes);
   void release_body_bytes(size_t bytes);
   void watch_peer(beast::tcp_stream& stream, const std::shared_ptr<Waiter>& waiter);
-  std::optional<Reply> get_reply(const std::string& path);
+  std::optional<Reply> get_reply(const HttpHead& head);
+  // Whether requests naming `model` are answered: the served name, an alias, or (without
+  // --strict-model) any name at all.
+  bool serves_model(const std::string& model) const;
   const GenerationRoute* generation_route(const std::string& path) const;
   const char* allowed_methods(const std::string& path) const;
   std::string route_name(const std::string& path) const;
@@ -335,12 +358,30 @@ std::string Server::Impl::route_name(const std::string& path) const {
   return "other";
 }
 
-std::optional<Reply> Server::Impl::get_reply(const std::string& path) {
-  auto model_json = [this] {
-    return Json{{"id", options.model_name},
+bool Server::Impl::serves_model(const std::string& model) const {
+  if (!options.strict_model || model == options.model_name) return true;
+  return std::find(options.model_aliases.begin(), options.model_aliases.end(), model) != options.model_aliases.end();
+}
+
+std::optional<Reply> Server::Impl::get_reply(const HttpHead& head) {
+  const std::string path = head.path();
+  // The served name and its aliases, in OpenAI's shape or (for Anthropic's clients, which send
+  // anthropic-version) in Anthropic's.
+  const bool anthropic = head.find("anthropic-version") != nullptr;
+  auto model_json = [this, anthropic](const std::string& id) {
+    if (anthropic) {
+      char created[32];
+      const std::time_t t = started_at;
+      std::tm tm{};
+      gmtime_r(&t, &tm);
+      std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      return Json{{"type", "model"}, {"id", id}, {"display_name", id}, {"created_at", created}};
+    }
+    return Json{{"id", id},
                 {"object", "model"},
                 {"created", started_at},
                 {"owned_by", "dsv4"},
+                {"root", options.model_name},
                 {"context_length", scheduler.context_limit()}};
   };
   if (path == "/health") {
@@ -355,13 +396,20 @@ std::optional<Reply> Server::Impl::get_reply(const std::string& path) {
   }
   if (path == "/metrics")
     return Reply{200, "text/plain; version=0.0.4; charset=utf-8", metrics.render(scheduler.gauges()), {}};
-  if (path == "/v1/models")
-    return Reply{200, "application/json", Json{{"object", "list"}, {"data", Json::array({model_json()})}}.dump(), {}};
+  if (path == "/v1/models") {
+    Json data = Json::array({model_json(options.model_name)});
+    for (const std::string& alias : options.model_aliases) data.push_back(model_json(alias));
+    const Json list = anthropic ? Json{{"data", data}, {"has_more", false}, {"first_id", data.front()["id"]},
+                                       {"last_id", data.back()["id"]}}
+                                : Json{{"object", "list"}, {"data", data}};
+    return Reply{200, "application/json", list.dump(), {}};
+  }
   if (path.rfind("/v1/models/", 0) == 0) {
     const std::string id = path.substr(11);
-    if (id != options.model_name)
-      return error_reply(not_found_error(fmt::format("The model '{}' does not exist.", printable(id)), "model_not_found"));
-    return Reply{200, "application/json", model_json().dump(), {}};
+    if (!serves_model(id))
+      return error_reply_for(head, not_found_error(fmt::format("The model '{}' does not exist.", printable(id)),
+                                                   "model_not_found"));
+    return Reply{200, "application/json", model_json(id).dump(-1, ' ', false, Json::error_handler_t::replace), {}};
   }
   for (const WebAsset& asset : web_assets()) {
     if (asset.path == path || (path == "/" && asset.path == "/index.html"))
@@ -390,7 +438,7 @@ std::optional<ApiError> Server::Impl::check_access(const HttpHead& head) const {
     if (!ok)
       return ApiError{401, "invalid_request_error",
                       bearer || x_key ? "Incorrect API key provided."
-                                      : "Missing API key: send 'Authorization: Bearer <key>'.",
+                                      : "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
                       "", "invalid_api_key"};
   }
   return std::nullopt;
@@ -413,7 +461,7 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) 
                                 fmt::format("This model's maximum context length is {} tokens, but the prompt has {} "
                                             "tokens (at least one token must be left for the answer).",
                                             limit, in.prompt.size()),
-                                r.kind == ApiKind::kChat ? "messages" : "prompt", "context_length_exceeded"});
+                                r.kind == ApiKind::kCompletion ? "prompt" : "messages", "context_length_exceeded"});
   if (r.history_bytes > 0) {
     const size_t history = tokenizer.encode(std::string_view(r.prompt_text).substr(0, r.history_bytes)).size();
     if (history < in.prompt.size()) in.history_suffix = in.prompt.size() - history;
@@ -440,6 +488,14 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) 
   g.spec = r.spec;
   g.draft_max = r.draft_max;
   if (!r.ignore_eos) g.stop_ids = {static_cast<int32_t>(engine.config().eos_token_id)};
+  g.top_logprobs = r.top_logprobs;
+  AnswerRules rules;
+  if (auto dsml = tokenizer.token_id(text::chat::kDsml); dsml && r.no_tool_calls) rules.banned.push_back(*dsml);
+  if (auto think_end = tokenizer.token_id(text::chat::kThinkEnd); think_end && r.thinking_budget > 0) {
+    rules.think_end = *think_end;
+    rules.thinking_budget = r.thinking_budget;
+  }
+  g.logits_filter = answer_logits_filter(rules);
   return in;
 }
 
@@ -451,11 +507,16 @@ Server::Impl::Prepared Server::Impl::prepare(const GenerationRoute& route, std::
       std::string().swap(body);  // the raw bytes are not needed any more
       p.request = route.parse(json);
     }
-    if (p.request.model != options.model_name)
+    if (!serves_model(p.request.model))
       throw ApiException(ApiError{404, "invalid_request_error",
-                                  fmt::format("The model '{}' does not exist; this server serves '{}'.",
-                                              printable(p.request.model), options.model_name),
+                                  fmt::format("The model '{}' does not exist; this server serves '{}'{}.",
+                                              printable(p.request.model), options.model_name,
+                                              options.model_aliases.empty() ? "" : " and its aliases"),
                                   "model", "model_not_found"});
+    if (route.answer_at_once) {
+      p.answer = route.answer_at_once(p.request);
+      return p;
+    }
     p.input = make_job(p.request, arrival);
   } catch (const ApiException& e) {
     p.error = e.error();
@@ -651,7 +712,7 @@ awaitable<bool> Server::Impl::serve_one(beast::tcp_stream& stream, beast::flat_b
   ex.path = head.path();
   BodyFraming framing;
   if (auto e = check_head(head, framing)) {
-    Reply r = error_reply(*e);
+    Reply r = error_reply_for(head, *e);
     co_await write_reply(stream, head.version == 10 ? 10 : 11, std::move(r), false, ex);
     co_await linger_close(stream);
     co_return false;
@@ -667,7 +728,7 @@ awaitable<bool> Server::Impl::serve_one(beast::tcp_stream& stream, beast::flat_b
   };
 
   if (auto e = check_access(head)) {
-    Reply r = error_reply(*e);
+    Reply r = error_reply_for(head, *e);
     if (e->status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
     co_return co_await early_reply(std::move(r));
   }
@@ -675,17 +736,17 @@ awaitable<bool> Server::Impl::serve_one(beast::tcp_stream& stream, beast::flat_b
   if (const GenerationRoute* route = generation_route(path); route && head.method == "POST")
     co_return co_await serve_generation(stream, buffer, conn, parser, head, framing, *route, ex);
   if (head.method == "GET") {
-    if (std::optional<Reply> r = get_reply(path)) co_return co_await early_reply(std::move(*r));
+    if (std::optional<Reply> r = get_reply(head)) co_return co_await early_reply(std::move(*r));
   }
   if (const char* allow = allowed_methods(path)) {
-    Reply r = error_reply(ApiError{405, "invalid_request_error",
+    Reply r = error_reply_for(head, ApiError{405, "invalid_request_error",
                                    fmt::format("Method {} is not allowed for {} (allowed: {}).", printable(head.method),
                                                printable(path), allow),
                                    "", "method_not_allowed"});
     r.headers.emplace_back("Allow", allow);
     co_return co_await early_reply(std::move(r));
   }
-  Reply unknown = error_reply(
+  Reply unknown = error_reply_for(head, 
       ApiError{404, "invalid_request_error",
                fmt::format("Unknown request URL: {} {}.", printable(head.method), printable(path)), "", "unknown_url"});
   co_return co_await early_reply(std::move(unknown));
@@ -724,9 +785,10 @@ awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast:
     refusal = ApiError{417, "invalid_request_error", fmt::format("Unsupported Expect: '{}'.", printable(expect)), "", ""};
   if (refusal) co_return co_await refuse_unread(*refusal, std::move(refusal_headers));
 
-  // The queue decision, before the body is read.
-  Scheduler::Admission admission = scheduler.reserve();
-  if (!admission.slot) {
+  // The queue decision, before the body is read (a route answered at once takes no place).
+  Scheduler::Admission admission;
+  if (!route.answer_at_once) admission = scheduler.reserve();
+  if (!route.answer_at_once && !admission.slot) {
     if (admission.shutting_down) {
       refusal = ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"};
     } else {
@@ -788,6 +850,10 @@ awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast:
     Reply r = error_reply(*p.error, error_body(*p.error));
     co_return co_await write_reply(stream, head.version, std::move(r), keep_alive, ex);
   }
+  if (route.answer_at_once) {
+    Reply r{200, "application/json", std::move(p.answer), {}};
+    co_return co_await write_reply(stream, head.version, std::move(r), keep_alive, ex);
+  }
 
   auto waiter = std::make_shared<Waiter>(io);
   std::weak_ptr<Waiter> weak = waiter;
@@ -801,8 +867,8 @@ awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast:
     Reply r = error_reply(e, error_body(e));
     co_return co_await write_reply(stream, head.version, std::move(r), false, ex);
   }
-  const ResponseHeader h{fmt::format("{}-{:016x}", route.id_prefix, next_id.fetch_add(1)), unix_now(), options.model_name};
-  std::unique_ptr<ResponseFormat> format = route.format(p.request, h);
+  const ResponseHeader h{fmt::format("{}{:016x}", route.id_prefix, next_id.fetch_add(1)), unix_now(), options.model_name};
+  std::unique_ptr<ResponseFormat> format = route.format(p.request, h, job);
   if (p.request.stream) co_return co_await stream_answer(stream, head, keep_alive, job, waiter, *format, ex);
   co_return co_await send_answer(stream, head, keep_alive, job, waiter, *format, route, ex);
 }

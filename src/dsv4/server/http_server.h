@@ -1,19 +1,22 @@
-// The HTTP front: OpenAI-compatible endpoints, /health, /metrics and the web chat page, on an
+// The HTTP front: OpenAI- and Anthropic-compatible endpoints, /health, /metrics and the web chat page, on an
 // event loop (Boost.Asio + Beast's HTTP/1.1 parser, kept out of this header: they are slow to
 // compile). One thread runs every connection, so slow or idle clients cost a socket, not a
 // thread; request bodies are parsed on a small pool of their own; generation runs on the
 // scheduler's worker. Routes:
 //   POST /v1/chat/completions, POST /v1/completions   (JSON or SSE; see openai_routes.h)
+//   POST /v1/messages, POST /v1/messages/count_tokens (Anthropic; see anthropic_routes.h)
 //   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus), / (web page)
 // With an API key, /v1/* and /metrics need "Authorization: Bearer <key>" (or "x-api-key:
 // <key>"). On a loopback address the Host header must name a loopback host too (a guard
-// against DNS rebinding). See docs/server.md for the limits and what each refusal looks like.
+// against DNS rebinding). Any model id is answered by the served model unless strict_model is
+// set. See docs/server.md for the limits and what each refusal looks like.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dsv4/model/engine.h"
 #include "dsv4/server/metrics.h"
@@ -29,6 +32,8 @@ struct ServerOptions {
   int port = setting_default<int>("port");  // 0: any free port (bind() returns it)
   std::string api_key;
   std::string model_name = "dsv4";
+  std::vector<std::string> model_aliases;  // listed by /v1/models beside model_name
+  bool strict_model = false;               // refuse ids other than model_name and the aliases
   size_t max_body_bytes = setting_default<size_t>("max_body_mb") << 20;
   // Bytes of request bodies being read or parsed at once (0: 4 x max_body_bytes); a request
   // whose body does not fit waits, unread, until others are done.

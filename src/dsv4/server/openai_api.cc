@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "dsv4/text/dsml.h"
 #include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
 
@@ -16,6 +17,8 @@ namespace dsv4::server {
 namespace {
 
 namespace chat = text::chat;
+
+constexpr int64_t kMaxTopLogprobs = 20;  // OpenAI's bound for chat (completions: 5; we allow 20)
 
 // ---- JSON body guards ----------------------------------------------------------------------
 
@@ -65,123 +68,6 @@ class ErrorPositionSax : public nlohmann::json_sax<Json> {
     return false;
   }
 };
-
-// ---- field readers -------------------------------------------------------------------------
-
-const char* type_name(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    case Json::value_t::number_float: return "a number";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    default: return "an unsupported value";
-  }
-}
-
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const Json& got) {
-  throw_bad_request(param, "invalid_type",
-                    fmt::format("Invalid type for '{}': expected {}, but got {}.", param, expected, type_name(got)));
-}
-
-[[noreturn]] void bad_value(const std::string& param, const std::string& why) {
-  throw_bad_request(param, "invalid_value", fmt::format("Invalid value for '{}': {}", param, why));
-}
-
-[[noreturn]] void unsupported(const std::string& param, const std::string& why) {
-  throw_bad_request(param, "unsupported_value", fmt::format("Unsupported value for '{}': {}", param, why));
-}
-
-[[noreturn]] void missing(const std::string& param) {
-  throw_bad_request(param, "missing_required_parameter", fmt::format("Missing required parameter: '{}'.", param));
-}
-
-std::string join(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
-std::string at_index(const std::string& prefix, size_t i) { return fmt::format("{}[{}]", prefix, i); }
-
-// Reads the fields of one JSON object; every getter checks the type strictly and names the
-// field (with its path) in the error. Absent and null are the same ("not given"). A body's
-// top level knows its endpoint's field list and refuses to read anything outside it.
-class Fields {
- public:
-  Fields(const Json& object, std::string path, const FieldList* known = nullptr)
-      : obj_(object), path_(std::move(path)), known_(known) {}
-
-  std::string name(const std::string& key) const { return join(path_, key); }
-
-  const Json* find(const std::string& key) const {
-    if (known_ && std::find(known_->begin(), known_->end(), key) == known_->end())
-      throw std::logic_error(fmt::format("the request parser reads '{}', which is not in its field list", key));
-    auto it = obj_.find(key);
-    return it == obj_.end() || it->is_null() ? nullptr : &*it;
-  }
-  const Json& require(const std::string& key) const {
-    const Json* v = find(key);
-    if (!v) missing(name(key));
-    return *v;
-  }
-
-  std::optional<std::string> string(const std::string& key, size_t max_bytes = SIZE_MAX) const {
-    const Json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_string()) wrong_type(name(key), "a string", *v);
-    const std::string& s = v->get_ref<const std::string&>();
-    if (s.size() > max_bytes) bad_value(name(key), fmt::format("at most {} bytes are allowed, got {}.", max_bytes, s.size()));
-    return s;
-  }
-  std::optional<bool> boolean(const std::string& key) const {
-    const Json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_boolean()) wrong_type(name(key), "a boolean", *v);
-    return v->get<bool>();
-  }
-  std::optional<int64_t> integer(const std::string& key, int64_t lo, int64_t hi) const {
-    const Json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number_integer()) wrong_type(name(key), "an integer", *v);
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
-      bad_value(name(key), fmt::format("must be at most {}, got {}.", hi, v->get<uint64_t>()));
-    const int64_t x = v->get<int64_t>();
-    if (x < lo) bad_value(name(key), fmt::format("must be at least {}, got {}.", lo, x));
-    if (x > hi) bad_value(name(key), fmt::format("must be at most {}, got {}.", hi, x));
-    return x;
-  }
-  // A number in [lo, hi] (lo excluded when `lo_open`).
-  std::optional<double> number(const std::string& key, double lo, double hi, bool lo_open = false) const {
-    const Json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number()) wrong_type(name(key), "a number", *v);
-    const double x = v->get<double>();
-    if (!std::isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo))
-      bad_value(name(key), fmt::format("must be in {}{}, {}], got {}.", lo_open ? "(" : "[", lo, hi, x));
-    return x;
-  }
-  const Json* object(const std::string& key) const {
-    const Json* v = find(key);
-    if (v && !v->is_object()) wrong_type(name(key), "an object", *v);
-    return v;
-  }
-  const Json* array(const std::string& key) const {
-    const Json* v = find(key);
-    if (v && !v->is_array()) wrong_type(name(key), "an array", *v);
-    return v;
-  }
-
- private:
-  const Json& obj_;
-  std::string path_;
-  const FieldList* known_;
-};
-
-bool valid_function_name(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
-  return true;
-}
 
 // ---- fields both endpoints share -----------------------------------------------------------
 
@@ -328,7 +214,10 @@ Json parse_messages(const Fields& f, const RequestLimits& limits) {
       }
     } else if (role == "assistant") {
       clean["content"] = content ? parse_content(*content, msg.name("content")) : Json("");
+      // Earlier answers' reasoning, as clients send it back (vLLM's newer name: "reasoning"); the
+      // encoder shows or drops it as the official encoding says (spec §5.2).
       if (auto reasoning = msg.string("reasoning_content")) clean["reasoning_content"] = *reasoning;
+      else if (auto alias = msg.string("reasoning")) clean["reasoning_content"] = *alias;
       if (const Json* calls = msg.find("tool_calls")) clean["tool_calls"] = parse_tool_calls(*calls, msg.name("tool_calls"));
     } else {
       bad_value(msg.name("role"),
@@ -474,8 +363,10 @@ ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const 
   Fields f(body, "", &chat_request_fields());
   parse_common(f, d, limits, r);
   if (auto m = f.integer("max_completion_tokens", 1, limits.max_tokens)) r.max_tokens = *m;
-  if (f.boolean("logprobs").value_or(false)) unsupported("logprobs", "log probabilities are not supported.");
-  if (auto t = f.integer("top_logprobs", 0, 20); t && *t != 0) unsupported("top_logprobs", "log probabilities are not supported.");
+  const bool logprobs = f.boolean("logprobs").value_or(false);
+  const auto top_logprobs = f.integer("top_logprobs", 0, kMaxTopLogprobs);
+  if (top_logprobs && !logprobs) bad_value("top_logprobs", "requires 'logprobs' to be true.");
+  if (logprobs) r.top_logprobs = static_cast<int>(top_logprobs.value_or(0));
   const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
   OutputConstraint& out = r.output;
   if (const Json* rf = f.object("response_format")) {
@@ -580,7 +471,7 @@ ApiRequest parse_completion_request(const Json& body, const RequestDefaults& d, 
   if (auto s = f.string("suffix"); s && !s->empty()) unsupported("suffix", "insertion (suffix) is not supported.");
   if (auto b = f.integer("best_of", 1, std::numeric_limits<int64_t>::max()); b && *b != 1)
     unsupported("best_of", "only best_of = 1 is supported.");
-  if (auto l = f.integer("logprobs", 0, 20); l && *l != 0) unsupported("logprobs", "log probabilities are not supported.");
+  if (auto l = f.integer("logprobs", 0, kMaxTopLogprobs)) r.top_logprobs = static_cast<int>(*l);
 
   const Json& prompt = f.require("prompt");
   auto token_ids = [&](const Json& ids, const std::string& param) {
@@ -624,6 +515,18 @@ constrain::AnswerFormat answer_format(const OutputConstraint& c, bool thinking) 
   f.calls_required = c.calls_required;
   f.max_calls = c.max_calls;
   return f;
+}
+
+std::string forced_answer_prefix(const ToolChoice& choice) {
+  const std::string dsml(chat::kDsml);
+  switch (choice.mode) {
+    case ToolChoice::Mode::kAuto:
+    case ToolChoice::Mode::kNone: return "";
+    case ToolChoice::Mode::kAny: return text::dsml::tool_calls_start() + ">\n";
+    case ToolChoice::Mode::kTool:
+      return text::dsml::tool_calls_start() + ">\n<" + dsml + "invoke name=\"" + choice.name + "\">\n";
+  }
+  return "";
 }
 
 // ---- responses ------------------------------------------------------------------------------
@@ -677,7 +580,7 @@ Json finish_value(const std::string& finish) { return finish.empty() ? Json(null
 }  // namespace
 
 Json chat_completion_json(const ResponseHeader& h, const ChatAnswer& a, bool thinking, const std::string& finish,
-                          Json usage, Json stats) {
+                          Json usage, Json stats, Json logprobs) {
   Json message = {{"role", "assistant"}};
   message["content"] = a.content.empty() && !a.tool_calls.empty() ? Json(nullptr) : Json(a.content);
   if (thinking || !a.reasoning.empty()) message["reasoning_content"] = a.reasoning;
@@ -686,37 +589,38 @@ Json chat_completion_json(const ResponseHeader& h, const ChatAnswer& a, bool thi
           {"object", "chat.completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish}}})},
+          {"choices", Json::array({{{"index", 0}, {"message", message}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}}})},
           {"usage", std::move(usage)},
           {"stats", std::move(stats)}};
 }
 
-Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish) {
+Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish, Json logprobs) {
   return {{"id", h.id},
           {"object", "chat.completion.chunk"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+          {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
                                     {"finish_reason", finish_value(finish)}}})}};
 }
 
 Json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish, Json usage,
-                     Json stats) {
+                     Json stats, Json logprobs) {
   return {{"id", h.id},
           {"object", "text_completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})},
+          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}}})},
           {"usage", std::move(usage)},
           {"stats", std::move(stats)}};
 }
 
-Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish) {
+Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
+                           Json logprobs) {
   return {{"id", h.id},
           {"object", "text_completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
+          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)},
                                     {"finish_reason", finish_value(finish)}}})}};
 }
 
@@ -728,6 +632,53 @@ Json usage_chunk_json(ApiKind kind, const ResponseHeader& h, Json usage, Json st
           {"choices", Json::array()},
           {"usage", std::move(usage)},
           {"stats", std::move(stats)}};
+}
+
+std::string logprob_token_text(const text::Tokenizer& tokenizer, int32_t id) {
+  const std::string bytes = tokenizer.token_bytes(id);
+  if (text::valid_utf8_prefix(bytes) == bytes.size()) return bytes;
+  std::string out = "bytes:";
+  for (unsigned char c : bytes) out += fmt::format("\\x{:02x}", c);
+  return out;
+}
+
+namespace {
+Json token_bytes_json(const text::Tokenizer& tokenizer, int32_t id) {
+  Json out = Json::array();
+  for (unsigned char c : tokenizer.token_bytes(id)) out.push_back(static_cast<int>(c));
+  return out;
+}
+}  // namespace
+
+Json chat_logprobs_json(std::span<const TokenLogprob> logprobs, const text::Tokenizer& tokenizer) {
+  Json content = Json::array();
+  for (const TokenLogprob& lp : logprobs) {
+    Json top = Json::array();
+    for (const auto& [id, logprob] : lp.top)
+      top.push_back({{"token", logprob_token_text(tokenizer, id)}, {"logprob", logprob}, {"bytes", token_bytes_json(tokenizer, id)}});
+    content.push_back({{"token", logprob_token_text(tokenizer, lp.token)},
+                       {"logprob", lp.logprob},
+                       {"bytes", token_bytes_json(tokenizer, lp.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+Json completion_logprobs_json(std::span<const TokenLogprob> logprobs, const text::Tokenizer& tokenizer, size_t offset) {
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+  for (const TokenLogprob& lp : logprobs) {
+    tokens.push_back(logprob_token_text(tokenizer, lp.token));
+    token_logprobs.push_back(lp.logprob);
+    Json alternatives = Json::object();
+    for (const auto& [id, logprob] : lp.top) alternatives[logprob_token_text(tokenizer, id)] = logprob;
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset);
+    offset += tokenizer.token_bytes(lp.token).size();
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
 }
 
 std::string sse_event(const Json& j) {

@@ -15,22 +15,25 @@
 //                   past the end-of-sentence token, as vLLM's extension: benchmarks, tests),
 //                   spec (off | auto | ngram) and draft_max [1, 16]: speculative decoding
 //   chat            messages (system | developer | user | assistant | tool; content as a string
-//                   or text parts; assistant reasoning_content and tool_calls; tool_call_id),
+//                   or text parts; assistant reasoning_content (alias reasoning) and tool_calls;
+//                   tool_call_id),
 //                   max_completion_tokens, tools (function tools), tool_choice (auto | none |
 //                   required | {"type": "function", "function": {"name"}}), parallel_tool_calls,
 //                   response_format (text | json_object | json_schema {name, schema, strict}),
-//                   logprobs (false only);
+//                   logprobs, top_logprobs (0..20: the model's own log-probabilities, before
+//                   sampling settings and any constraint);
 //                   thinking: reasoning_effort (none | minimal -> off; low | medium | high ->
 //                   on; max | xhigh -> on with the "max" preamble), thinking (bool or
 //                   {"type": "enabled" | "disabled"}), chat_template_kwargs.thinking /
 //                   .enable_thinking (bool); the most specific one wins; default off
 //   completions     prompt (a string, which gets the BOS token in front, or token ids; one
 //                   prompt per request), echo (false only), suffix (empty only), best_of (1),
-//                   logprobs (null or 0)
+//                   logprobs (0..20 alternatives)
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,12 +43,12 @@
 #include "dsv4/constrain/answer_grammar.h"
 #include "dsv4/runtime/generator.h"
 #include "dsv4/server/api_error.h"
+#include "dsv4/server/request_fields.h"
 #include "dsv4/text/chat_format.h"
 #include "dsv4/runtime/settings.h"
+#include "dsv4/text/tokenizer.h"
 
 namespace dsv4::server {
-
-using Json = nlohmann::ordered_json;  // key order matters: tool schemas are rendered in order
 
 // Bounds on what one request may contain (the body size itself is bounded by the HTTP layer).
 struct RequestLimits {
@@ -60,9 +63,6 @@ struct RequestLimits {
   size_t max_model_bytes = 256;
   int64_t max_tokens = int64_t{1} << 30;
 };
-
-// The top-level fields an endpoint reads.
-using FieldList = std::vector<std::string_view>;
 
 // A request body as JSON. 400 for a body that is not UTF-8 (with the byte offset), too deeply
 // nested, not JSON (with the position), not an object, or with more than max_json_values
@@ -88,7 +88,21 @@ struct RequestDefaults {
   int draft_max = static_cast<int>(setting_default<int64_t>("draft_max"));
 };
 
-enum class ApiKind { kChat, kCompletion };
+enum class ApiKind { kChat, kCompletion, kMessages };  // kMessages: Anthropic /v1/messages
+
+// Tool use the client allows or demands (OpenAI and Anthropic tool_choice).
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kAny, kTool };
+  Mode mode = Mode::kAuto;
+  std::string name;      // kTool: the tool that must be called
+  bool parallel = true;  // false: one call at most (Anthropic disable_parallel_tool_use)
+};
+
+// The hook for forcing tool use: the text the answer must start with for kAny (the tool-call
+// block opened) and kTool (also that tool's invoke opened); "" otherwise. The model writes the
+// rest; constrained decoding (issue 20) can then hold the arguments to the tool's schema.
+std::string forced_answer_prefix(const ToolChoice& choice);
+
 
 // What a constrained answer must be (inactive: free text).
 struct OutputConstraint {
@@ -124,7 +138,14 @@ struct ApiRequest {
   // next turn of this conversation will repeat (0: none).
   size_t history_bytes = 0;
   bool thinking = false;  // the answer starts with reasoning, closed by </think>
-  bool tools = false;     // tools were offered: the answer may end with DSML tool calls
+  bool tools = false;     // the answer may end with DSML tool calls, parsed as such
+  bool no_tool_calls = false;  // tools are in the prompt but may not be called (DSML banned)
+  ToolChoice tool_choice;
+  // Text the answer is made to start with: appended to the prompt and fed to the answer parser
+  // as if generated (see forced_answer_prefix).
+  std::string answer_prefix;
+  int64_t thinking_budget = 0;  // > 0: the reasoning is closed after this many tokens
+  int top_logprobs = -1;        // -1: no log-probabilities; n >= 0: chosen token + n alternatives
   SamplingParams sampling;
   std::optional<uint64_t> seed;
   int64_t max_tokens = 0;
@@ -163,17 +184,29 @@ struct ChatAnswer {
 };
 Json tool_calls_json(const std::vector<text::chat::ToolCall>& calls, bool with_index);
 
+// `logprobs`: null, or chat_logprobs_json / completion_logprobs_json.
 Json chat_completion_json(const ResponseHeader& h, const ChatAnswer& answer, bool thinking, const std::string& finish,
-                          Json usage, Json stats);
+                          Json usage, Json stats, Json logprobs = nullptr);
 // One "chat.completion.chunk"; an empty `finish` is sent as null.
-Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish);
+Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish, Json logprobs = nullptr);
 Json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish, Json usage,
-                     Json stats);
-Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish);
+                     Json stats, Json logprobs = nullptr);
+Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
+                           Json logprobs = nullptr);
 // The last chunk of a stream with include_usage: no choices, the usage.
 Json usage_chunk_json(ApiKind kind, const ResponseHeader& h, Json usage, Json stats);
 
-// "data: <json>\n\n"
+// Log-probabilities in OpenAI's shapes. A token's text is its raw bytes, or "bytes:\\xNN..." when
+// they are not valid UTF-8 on their own (part of a character), as OpenAI writes it.
+std::string logprob_token_text(const text::Tokenizer& tokenizer, int32_t id);
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
+Json chat_logprobs_json(std::span<const TokenLogprob> logprobs, const text::Tokenizer& tokenizer);
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"};
+// offsets count bytes of token text from `offset`.
+Json completion_logprobs_json(std::span<const TokenLogprob> logprobs, const text::Tokenizer& tokenizer,
+                              size_t offset = 0);
+
+
 std::string sse_event(const Json& j);
 
 }  // namespace dsv4::server

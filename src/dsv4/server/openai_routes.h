@@ -7,9 +7,17 @@
 #include <vector>
 
 #include "dsv4/server/api_route.h"
+#include "dsv4/server/chat_output.h"
+#include "dsv4/text/tokenizer.h"
 
 namespace dsv4::server {
 
-std::vector<GenerationRoute> openai_routes(const RequestDefaults& defaults, const RequestLimits& limits);
+// The tokenizer (for log-probabilities' token texts) must outlive the routes.
+std::vector<GenerationRoute> openai_routes(const RequestDefaults& defaults, const RequestLimits& limits,
+                                           const text::Tokenizer& tokenizer);
+
+// The answer parser of a chat or messages request, already fed the forced start of the answer
+// (ApiRequest::answer_prefix); tool call ids are id_prefix + index.
+ChatOutputParser answer_parser(const ApiRequest& r, const std::string& id_prefix);
 
 }  // namespace dsv4::server

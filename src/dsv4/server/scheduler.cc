@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "dsv4/util/error.h"
 
@@ -15,6 +18,18 @@ double seconds_between(Clock::time_point a, Clock::time_point b) { return std::c
 // Enough of a text's start to see whether it begins with an added token (they are short).
 constexpr size_t kJunctionProbeBytes = 256;
 
+std::unique_ptr<PrefixStore> open_store(const Engine& engine, const SchedulerOptions& o) {
+  if (o.cache_dir.empty()) return nullptr;
+  PrefixStore::Warn warn = o.cache_warn ? o.cache_warn : [](const std::string& m) {
+    fmt::print(stderr, "dsv4 serve: prefix cache: {}\n", m);
+  };
+  StoreLimits limits{static_cast<int64_t>(engine.config().layers.size()), engine.config().vocab_size};
+  const SessionState fresh = engine.new_session();
+  limits.mtp_streams = fresh.mtp.streams.size();
+  limits.mtp_positions = fresh.mtp.stream_position.size();
+  return std::make_unique<PrefixStore>(o.cache_dir, o.cache_dir_bytes, store_identity(engine), limits, std::move(warn));
+}
+
 }  // namespace
 
 bool Job::wait(std::chrono::milliseconds timeout, std::string& text) {
@@ -25,6 +40,16 @@ bool Job::wait(std::chrono::milliseconds timeout, std::string& text) {
   return finished_;
 }
 
+std::vector<TokenLogprob> Job::take_logprobs() {
+  std::lock_guard lock(mu_);
+  return std::exchange(logprobs_, {});
+}
+
+std::optional<JobStart> Job::started() {
+  std::lock_guard lock(mu_);
+  return started_;
+}
+
 Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options)
     : engine_(engine),
       tokenizer_(tokenizer),
@@ -33,7 +58,7 @@ Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Metrics& 
       context_limit_(options.context_limit > 0
                          ? std::min(options.context_limit, engine.config().max_position_embeddings)
                          : engine.config().max_position_embeddings),
-      cache_(options.cache_entries, options.cache_bytes) {
+      cache_(options.cache_entries, options.cache_bytes, open_store(engine, options)) {
   metrics_.set_expert_stats(engine_.experts().stats());
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -135,6 +160,12 @@ void Scheduler::worker_loop() {
     }
     const auto start = Clock::now();
     run(*job);
+    // The answer is out: now write this request's snapshots to the disk tier.
+    try {
+      cache_.persist();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "dsv4 serve: prefix cache: not written: {}\n", e.what());
+    }
     metrics_.set_expert_stats(engine_.experts().stats());
     std::lock_guard lock(mu_);
     running_.reset();
@@ -186,6 +217,10 @@ void Scheduler::run(Job& job) {
     SessionState session = match ? std::move(match->state) : engine_.new_session();
     match.reset();
     const int64_t reused = static_cast<int64_t>(session.tokens.size());
+    {
+      std::lock_guard lock(job.mu_);
+      job.started_ = JobStart{static_cast<int64_t>(prompt.size()), reused};
+    }
 
     GenerationRequest req = in.generation;
     req.context_limit = context_limit_;
@@ -219,6 +254,10 @@ void Scheduler::run(Job& job) {
       return decoder.push(id);
     };
     cb.flush = [&] { return decoder.finish(); };
+    cb.on_logprob = [&](const TokenLogprob& lp) {  // the text that follows wakes the handler
+      std::lock_guard lock(job.mu_);
+      job.logprobs_.push_back(lp);
+    };
     cb.on_text = [&](const std::string& t) {
       {
         std::lock_guard lock(job.mu_);

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -39,6 +40,10 @@ struct SchedulerOptions {
   size_t max_queue = setting_default<size_t>("max_queue");  // requests allowed to wait while one runs
   size_t cache_entries = setting_default<size_t>("cache_entries");  // prefix cache snapshots
   uint64_t cache_bytes = setting_default<uint64_t>("cache_mb") << 20;
+  std::string cache_dir;  // the prefix cache's disk tier ("" = none; --cache-dir)
+  uint64_t cache_dir_bytes = setting_default<uint64_t>("cache_dir_mb") << 20;
+  // Where the disk tier's warnings go (a corrupted entry, a failed write); default stderr.
+  std::function<void(const std::string&)> cache_warn;
   int64_t context_limit = 0;             // 0: the model's max_position_embeddings
   int64_t chunk = 0;                     // prefill chunk (0: the generator's default)
   // Test hook (DSV4_TEST_TOKEN_DELAY_MS): pause after each generated token, so browser tests
@@ -63,6 +68,12 @@ struct JobOutcome {
   double ttft_s = 0;         // arrival -> first token
 };
 
+// What is known once a job starts running (after the prefix cache lookup).
+struct JobStart {
+  int64_t prompt_tokens = 0;
+  int64_t reused_tokens = 0;  // supplied by the prefix cache
+};
+
 class Job {
  public:
   // `on_news` (optional) is called from the worker, without locks held, whenever text arrives
@@ -74,6 +85,10 @@ class Job {
   bool wait(std::chrono::milliseconds timeout, std::string& text);
   // wait() without waiting.
   bool take(std::string& text) { return wait(std::chrono::milliseconds(0), text); }
+  // The log-probabilities of the tokens generated since the last call (when requested).
+  std::vector<TokenLogprob> take_logprobs();
+  // Set once the worker has started the job (before any text arrives).
+  std::optional<JobStart> started();
   const JobOutcome& outcome() const { return outcome_; }
   const JobInput& input() const { return input_; }
 
@@ -88,6 +103,8 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;
+  std::vector<TokenLogprob> logprobs_;
+  std::optional<JobStart> started_;
   bool finished_ = false;
   JobOutcome outcome_;
 };

@@ -1,0 +1,469 @@
+#include "dsv4/server/prefix_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "dsv4/model/session_io.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/file.h"
+
+namespace dsv4::server {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'P', 'F', 'X', 1};
+constexpr size_t kHeaderBytes = 64;
+constexpr const char* kSuffix = ".dsv4p";
+constexpr const char* kTempSuffix = ".partial";
+constexpr size_t kIoChunk = size_t{1} << 20;
+constexpr uint64_t kSampleBytes = 64 << 10;  // of each shard's start and end, for the identity
+constexpr uint64_t kMaxTextBytes = uint64_t{1} << 32;
+
+// The header after the magic: checksum, then the checksummed fields.
+struct Header {
+  uint64_t checksum = 0;
+  StoreIdentity identity{};
+  uint64_t key_tokens = 0, state_tokens = 0, text_bytes = 0, state_bytes = 0;
+};
+static_assert(8 + 8 + 16 + 4 * 8 == kHeaderBytes);
+
+void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+std::array<uint8_t, kHeaderBytes> encode(const Header& h) {
+  std::array<uint8_t, kHeaderBytes> b{};
+  std::memcpy(b.data(), kMagic, 8);
+  put_u64(b.data() + 8, h.checksum);
+  std::memcpy(b.data() + 16, h.identity.data(), 16);
+  put_u64(b.data() + 32, h.key_tokens);
+  put_u64(b.data() + 40, h.state_tokens);
+  put_u64(b.data() + 48, h.text_bytes);
+  put_u64(b.data() + 56, h.state_bytes);
+  return b;
+}
+
+std::string hex(const uint8_t* p, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += fmt::format("{:02x}", p[i]);
+  return out;
+}
+
+int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec; }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Feeds whole files (or ranges of them) into a 128-bit hash.
+class Hasher {
+ public:
+  Hasher() : state_(XXH3_createState()) { XXH3_128bits_reset(state_); }
+  ~Hasher() { XXH3_freeState(state_); }
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  void add(const void* data, size_t n) { XXH3_128bits_update(state_, data, n); }
+  void add(const std::string& s) {
+    const uint64_t n = s.size();
+    add(&n, 8);
+    add(s.data(), s.size());
+  }
+  void add_range(const File& f, uint64_t offset, uint64_t length) {
+    std::vector<uint8_t> buf(std::min<uint64_t>(length, kIoChunk));
+    while (length > 0) {
+      const uint64_t n = std::min<uint64_t>(length, buf.size());
+      f.read_exact(buf.data(), n, offset);
+      add(buf.data(), n);
+      offset += n;
+      length -= n;
+    }
+  }
+  StoreIdentity digest() const {
+    const XXH128_hash_t h = XXH3_128bits_digest(state_);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    StoreIdentity out;
+    std::memcpy(out.data(), c.digest, 16);
+    return out;
+  }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+// A descriptor that closes itself.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+// Buffered writes to a descriptor, hashing everything written (XXH3-64).
+class FileSink : public ByteSink {
+ public:
+  FileSink(int fd, uint64_t offset) : fd_(fd), offset_(offset), state_(XXH3_createState()) {
+    XXH3_64bits_reset(state_);
+    buf_.reserve(kIoChunk);
+  }
+  ~FileSink() override { XXH3_freeState(state_); }
+  void write(const void* data, size_t n) override {
+    XXH3_64bits_update(state_, data, n);
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (n > 0) {
+      const size_t take = std::min(n, kIoChunk - buf_.size());
+      buf_.insert(buf_.end(), p, p + take);
+      p += take;
+      n -= take;
+      if (buf_.size() == kIoChunk) flush();
+    }
+  }
+  void flush() {
+    size_t done = 0;
+    while (done < buf_.size()) {
+      const ssize_t w = ::pwrite(fd_, buf_.data() + done, buf_.size() - done, static_cast<off_t>(offset_));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail("write failed: {}", std::strerror(errno));
+      done += static_cast<size_t>(w);
+      offset_ += static_cast<uint64_t>(w);
+    }
+    buf_.clear();
+  }
+  uint64_t digest() const { return XXH3_64bits_digest(state_); }
+
+ private:
+  int fd_;
+  uint64_t offset_;
+  XXH3_state_t* state_;
+  std::vector<uint8_t> buf_;
+};
+
+// Buffered reads of [offset, end) of a file, hashing everything read.
+class FileSource : public ByteSource {
+ public:
+  FileSource(const File& f, uint64_t offset, uint64_t end) : file_(f), offset_(offset), end_(end), state_(XXH3_createState()) {
+    XXH3_64bits_reset(state_);
+  }
+  ~FileSource() override { XXH3_freeState(state_); }
+  void read(void* data, size_t n) override {
+    if (n > remaining()) fail("truncated: {} bytes wanted, {} left", n, remaining());
+    auto* out = static_cast<uint8_t*>(data);
+    while (n > 0) {
+      if (at_ == buf_.size()) refill();
+      const size_t take = std::min(n, buf_.size() - at_);
+      std::memcpy(out, buf_.data() + at_, take);
+      XXH3_64bits_update(state_, out, take);
+      at_ += take;
+      out += take;
+      n -= take;
+    }
+  }
+  uint64_t remaining() const override { return end_ - offset_ + (buf_.size() - at_); }
+  uint64_t digest() const { return XXH3_64bits_digest(state_); }
+
+ private:
+  void refill() {
+    const uint64_t n = std::min<uint64_t>(kIoChunk, end_ - offset_);
+    buf_.resize(n);
+    file_.read_exact(buf_.data(), n, offset_);
+    offset_ += n;
+    at_ = 0;
+  }
+  const File& file_;
+  uint64_t offset_, end_;
+  XXH3_state_t* state_;
+  std::vector<uint8_t> buf_;
+  size_t at_ = 0;
+};
+
+bool process_alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+}  // namespace
+
+StoreIdentity store_identity(const Engine& engine) {
+  Hasher h;
+  h.add(std::string("dsv4 prefix store v1"));
+  h.add(std::string(engine.numerics() == kernels::Numerics::kReference ? "reference" : "fast"));
+  // This executable: a different build may compute different states.
+  {
+    const File self = File::open_read("/proc/self/exe");
+    h.add_range(self, 0, self.size());
+  }
+  const std::string& dir = engine.checkpoint().dir();
+  for (const char* name : {"config.json", "model.safetensors.index.json"}) {
+    const std::string path = dir + "/" + name;
+    h.add(path_exists(path) ? read_small_file(path, 64 << 20) : std::string());
+  }
+  for (const auto& shard : engine.checkpoint().shards()) {
+    struct stat st {};
+    if (::stat(shard->path().c_str(), &st) != 0) fail("{}: cannot stat: {}", shard->path(), std::strerror(errno));
+    const std::string base = shard->path().substr(shard->path().rfind('/') + 1);
+    h.add(base);
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    const int64_t mt = mtime_ns(st);
+    h.add(&size, 8);
+    h.add(&mt, 8);
+    const File f = File::open_read(shard->path());
+    if (size <= 2 * kSampleBytes) {
+      h.add_range(f, 0, size);
+    } else {
+      h.add_range(f, 0, kSampleBytes);
+      h.add_range(f, size - kSampleBytes, kSampleBytes);
+    }
+  }
+  return h.digest();
+}
+
+PrefixStore::PrefixStore(std::string dir, uint64_t max_bytes, StoreIdentity identity, StoreLimits limits, Warn warn)
+    : dir_(std::move(dir)),
+      max_bytes_(max_bytes),
+      identity_(identity),
+      identity_hex_(hex(identity.data(), 8)),
+      limits_(limits),
+      warn_(std::move(warn)) {
+  if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST)
+    fail("--cache-dir {}: cannot create it: {}", dir_, std::strerror(errno));
+  if (!is_directory(dir_)) fail("--cache-dir {}: not a directory", dir_);
+  if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0) fail("--cache-dir {}: not writable: {}", dir_, std::strerror(errno));
+  scan();
+  evict("");
+}
+
+std::string PrefixStore::file_name(std::span<const int32_t> key) const {
+  Hasher h;
+  h.add(identity_.data(), identity_.size());
+  h.add(key.data(), key.size_bytes());
+  const StoreIdentity d = h.digest();
+  return identity_hex_ + "-" + hex(d.data(), 16) + kSuffix;
+}
+
+void PrefixStore::scan() {
+  DIR* d = ::opendir(dir_.c_str());
+  if (!d) fail("--cache-dir {}: cannot list it: {}", dir_, std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+
+  size_t foreign = 0;
+  for (const std::string& name : names) {
+    const std::string path = dir_ + "/" + name;
+    if (name.rfind("tmp-", 0) == 0 && ends_with(name, kTempSuffix)) {
+      // tmp-<pid>-<n>.partial: an unfinished write; its writer is gone if the pid is.
+      const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + 4));
+      if (!process_alive(pid)) ::unlink(path.c_str());
+      continue;
+    }
+    if (!ends_with(name, kSuffix)) continue;
+    if (name.rfind(identity_hex_ + "-", 0) != 0) {
+      ++foreign;
+      continue;
+    }
+    try {
+      const File f = File::open_read(path);
+      struct stat st {};
+      if (::fstat(f.fd(), &st) != 0) fail("cannot stat");
+      const uint64_t size = static_cast<uint64_t>(st.st_size);
+      if (size < kHeaderBytes) fail("truncated ({} bytes)", size);
+      std::array<uint8_t, kHeaderBytes> b;
+      f.read_exact(b.data(), kHeaderBytes, 0);
+      if (std::memcmp(b.data(), kMagic, 8) != 0) fail("not a dsv4 prefix entry (bad magic)");
+      // The name says this identity; a header that says another one is corrupted.
+      if (std::memcmp(b.data() + 16, identity_.data(), 16) != 0) fail("its header does not match its name (corrupted)");
+      const uint64_t key_tokens = get_u64(b.data() + 32), state_tokens = get_u64(b.data() + 40),
+                     text_bytes = get_u64(b.data() + 48), state_bytes = get_u64(b.data() + 56);
+      if (key_tokens > size / 4 || text_bytes > kMaxTextBytes || state_tokens > key_tokens ||
+          kHeaderBytes + 4 * key_tokens + text_bytes + state_bytes != size)
+        fail("truncated or garbled (its sizes do not add up to its {} bytes)", size);
+      StoredPrefix e;
+      e.key.resize(key_tokens);
+      if (key_tokens) f.read_exact(e.key.data(), 4 * key_tokens, kHeaderBytes);
+      e.text.resize(text_bytes);
+      if (text_bytes) f.read_exact(e.text.data(), text_bytes, kHeaderBytes + 4 * key_tokens);
+      e.state_tokens = state_tokens;
+      e.file = name;
+      e.bytes = size;
+      e.mtime_ns = mtime_ns(st);
+      bytes_ += size;
+      entries_.push_back(std::move(e));
+    } catch (const Error& err) {
+      warn_(fmt::format("{}: {}; removed", path, err.what()));
+      ::unlink(path.c_str());
+    }
+  }
+  std::stable_sort(entries_.begin(), entries_.end(),
+                   [](const StoredPrefix& a, const StoredPrefix& b) { return a.mtime_ns > b.mtime_ns; });
+  if (foreign > 0)
+    warn_(fmt::format("{}: {} entr{} of another checkpoint, numerics or dsv4 build left alone", dir_, foreign,
+                      foreign == 1 ? "y" : "ies"));
+}
+
+void PrefixStore::drop(size_t i, bool remove_file) {
+  if (remove_file) ::unlink((dir_ + "/" + entries_[i].file).c_str());
+  bytes_ -= entries_[i].bytes;
+  entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
+}
+
+std::optional<SessionState> PrefixStore::load(size_t i) {
+  StoredPrefix& e = entries_[i];
+  const std::string path = dir_ + "/" + e.file;
+  try {
+    const File f = File::open_read(path);
+    const uint64_t size = f.size();
+    std::array<uint8_t, kHeaderBytes> b;
+    if (size < kHeaderBytes) fail("truncated ({} bytes)", size);
+    f.read_exact(b.data(), kHeaderBytes, 0);
+    if (std::memcmp(b.data(), kMagic, 8) != 0) fail("bad magic");
+    // Everything after the checksum is hashed as it is read, and compared at the end.
+    FileSource in(f, 16, size);
+    Header h;
+    in.read(h.identity.data(), 16);
+    in.read(&h.key_tokens, 8);
+    in.read(&h.state_tokens, 8);
+    in.read(&h.text_bytes, 8);
+    in.read(&h.state_bytes, 8);
+    if (h.identity != identity_ || h.key_tokens != e.key.size() || h.state_tokens != e.state_tokens ||
+        h.text_bytes != e.text.size() || kHeaderBytes + 4 * h.key_tokens + h.text_bytes + h.state_bytes != size)
+      fail("its header changed since the server started");
+    std::vector<int32_t> key(h.key_tokens);
+    if (!key.empty()) in.read(key.data(), 4 * key.size());
+    std::string text(h.text_bytes, '\0');
+    if (!text.empty()) in.read(text.data(), text.size());
+    if (key != e.key || text != e.text) fail("its key changed since the server started");
+    SessionState s;
+    std::string garbled;
+    try {
+      s = read_session(in);
+    } catch (const Error& err) {
+      garbled = err.what();  // reported as a checksum mismatch below if the bytes are corrupted
+    }
+    // Read whatever is left so the checksum covers the whole file.
+    std::vector<uint8_t> rest(static_cast<size_t>(std::min<uint64_t>(in.remaining(), kIoChunk)));
+    const bool trailing = in.remaining() > 0;
+    while (in.remaining() > 0) in.read(rest.data(), static_cast<size_t>(std::min<uint64_t>(in.remaining(), rest.size())));
+    if (in.digest() != get_u64(b.data() + 8)) fail("checksum mismatch (the file is corrupted)");
+    if (!garbled.empty()) fail("its session does not parse: {}", garbled);
+    if (trailing) fail("bytes after the session");
+    if (static_cast<int64_t>(s.layers.size()) != limits_.layers) fail("{} layers, the model has {}", s.layers.size(), limits_.layers);
+    if (s.mtp.streams.size() != limits_.mtp_streams || s.mtp.stream_position.size() != limits_.mtp_positions)
+      fail("its MTP drafter state has {} + {} values, the engine's {} + {}", s.mtp.streams.size(),
+           s.mtp.stream_position.size(), limits_.mtp_streams, limits_.mtp_positions);
+    if (s.position != static_cast<int64_t>(s.tokens.size()) || s.tokens.size() != e.state_tokens ||
+        !std::equal(s.tokens.begin(), s.tokens.end(), e.key.begin()))
+      fail("its session does not match its key");
+    for (int32_t t : e.key)
+      if (t < 0 || t >= limits_.vocab_size) fail("token id {} outside the vocabulary", t);
+    touch(i);
+    return s;
+  } catch (const Error& err) {
+    if (!path_exists(path)) {  // removed by another server sharing the directory
+      drop(i, false);
+      return std::nullopt;
+    }
+    warn_(fmt::format("{}: {}; ignored and removed (the prompt is prefilled instead)", path, err.what()));
+    drop(i, true);
+    return std::nullopt;
+  }
+}
+
+void PrefixStore::move_to_front(size_t i) {
+  StoredPrefix used = std::move(entries_[i]);
+  entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
+  entries_.insert(entries_.begin(), std::move(used));
+}
+
+void PrefixStore::touch(size_t i) {
+  // The newest mtime keeps it longest, also across restarts.
+  ::utimensat(AT_FDCWD, (dir_ + "/" + entries_[i].file).c_str(), nullptr, 0);
+  move_to_front(i);
+}
+
+PrefixStore::Stored PrefixStore::store(const SessionState& state, std::span<const int32_t> tail,
+                                       const std::string& text) {
+  std::vector<int32_t> key = state.tokens;
+  key.insert(key.end(), tail.begin(), tail.end());
+  const std::string name = file_name(key);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].file != name) continue;
+    touch(i);
+    return {name, {}};
+  }
+  const uint64_t state_bytes = serialized_session_bytes(state);
+  const uint64_t size = kHeaderBytes + 4 * key.size() + text.size() + state_bytes;
+  if (size > max_bytes_) return {};
+  const std::string temp = fmt::format("{}/tmp-{}-{}{}", dir_, ::getpid(), temp_counter_++, kTempSuffix);
+  const std::string path = dir_ + "/" + name;
+  try {
+    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.fd < 0) fail("cannot create {}: {}", temp, std::strerror(errno));
+    Header h;
+    h.identity = identity_;
+    h.key_tokens = key.size();
+    h.state_tokens = state.tokens.size();
+    h.text_bytes = text.size();
+    h.state_bytes = state_bytes;
+    FileSink out(fd.fd, 16);
+    out.write(h.identity.data(), 16);
+    out.write(&h.key_tokens, 8);
+    out.write(&h.state_tokens, 8);
+    out.write(&h.text_bytes, 8);
+    out.write(&h.state_bytes, 8);
+    if (!key.empty()) out.write(key.data(), 4 * key.size());
+    if (!text.empty()) out.write(text.data(), text.size());
+    write_session(state, out);
+    out.flush();
+    h.checksum = out.digest();
+    const auto head = encode(h);
+    if (::pwrite(fd.fd, head.data(), 16, 0) != 16) fail("write failed: {}", std::strerror(errno));
+    if (::fsync(fd.fd) != 0) fail("fsync failed: {}", std::strerror(errno));
+    if (::rename(temp.c_str(), path.c_str()) != 0) fail("cannot rename to {}: {}", path, std::strerror(errno));
+    Fd dirfd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dirfd.fd >= 0) ::fsync(dirfd.fd);  // the rename itself survives a power cut
+  } catch (const Error& err) {
+    ::unlink(temp.c_str());
+    warn_(fmt::format("{}: cannot store a {}-token prefix: {}", dir_, key.size(), err.what()));
+    return {};
+  }
+  struct stat st {};
+  StoredPrefix e;
+  e.key = std::move(key);
+  e.state_tokens = state.tokens.size();
+  e.text = text;
+  e.file = name;
+  e.bytes = size;
+  e.mtime_ns = ::stat(path.c_str(), &st) == 0 ? mtime_ns(st) : 0;
+  bytes_ += size;
+  entries_.insert(entries_.begin(), std::move(e));
+  return {name, evict(name)};
+}
+
+std::vector<std::string> PrefixStore::evict(const std::string& keep) {
+  std::vector<std::string> removed;
+  while (bytes_ > max_bytes_ && !entries_.empty()) {
+    size_t victim = entries_.size() - 1;
+    if (entries_[victim].file == keep) {
+      if (victim == 0) break;
+      --victim;
+    }
+    removed.push_back(entries_[victim].file);
+    drop(victim, true);
+  }
+  return removed;
+}
+
+}  // namespace dsv4::server
