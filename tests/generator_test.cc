@@ -118,6 +118,13 @@ class GeneratorTest : public ::testing::Test {
     }
     return out;
   }
+  GenerationRequest greedy_request(int64_t max_tokens) const {
+    GenerationRequest r;
+    r.prompt = prompt_;
+    r.sampling.temperature = 0;
+    r.max_tokens = max_tokens;
+    return r;
+  }
   std::unique_ptr<Engine> engine_;
   std::vector<int32_t> prompt_ = {496, 499, 84, 101, 288, 301, 101, 390};
 };
@@ -235,10 +242,7 @@ TEST_F(GeneratorTest, LogprobsAreLogSoftmaxOfTheModelsLogitsEvenUnderAFilter) {
   const int64_t V = engine_->config().vocab_size;
   // The logits at each step of a run that bans the greedy first token (so the filter matters).
   const std::vector<int32_t> greedy = greedy_ids(prompt_, 1);
-  GenerationRequest r;
-  r.prompt = prompt_;
-  r.sampling.temperature = 0;
-  r.max_tokens = 5;
+  GenerationRequest r = greedy_request(5);
   r.top_logprobs = 3;
   r.logits_filter = [&](std::span<const int32_t> generated, std::span<float> logits) {
     if (generated.empty()) logits[greedy[0]] = -std::numeric_limits<float>::infinity();
@@ -282,10 +286,7 @@ TEST_F(GeneratorTest, LogprobsAreLogSoftmaxOfTheModelsLogitsEvenUnderAFilter) {
 
 TEST_F(GeneratorTest, StopStringThatEndedItIsReported) {
   std::vector<int32_t> ids = greedy_ids(prompt_, 4);
-  GenerationRequest r;
-  r.prompt = prompt_;
-  r.sampling.temperature = 0;
-  r.max_tokens = 20;
+  GenerationRequest r = greedy_request(20);
   const std::string late = "<" + std::to_string(ids[3]) + ">", early = "<" + std::to_string(ids[1]) + ">";
   r.stop_strings = {late, early};
   std::string streamed;
