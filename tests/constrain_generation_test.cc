@@ -5,6 +5,8 @@
 // generation cut by max_tokens says so (finish "length", the value incomplete).
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <regex>
 
 #include "dsv4/constrain/answer_grammar.h"
@@ -266,6 +268,97 @@ TEST_P(ConstrainedGeneration, GreedyPicksTheBestAllowedToken) {
   cb.detokenize = [](int32_t) { return std::string(); };
   SessionState fresh = engine_->new_session();
   EXPECT_EQ(generate(*engine_, fresh, req, cb).tokens, std::vector<int32_t>{best});
+}
+
+TEST_P(ConstrainedGeneration, LogprobsAreTheModelsOwnAndDraftingKeepsTokensAndLogprobs) {
+  // Log-probabilities under a constraint are log-softmax of the engine's logits before the mask
+  // (teacher-forced logits agree); with drafting, every token's entry comes from the verify
+  // pass's row that drew it, so tokens and log-probabilities equal plain decoding's bit for bit.
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"},
+      "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}}, "required": ["n", "tags"],
+      "additionalProperties": false})");
+  constrain::AnswerFormat f;
+  f.content_schema = &schema;
+  auto constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
+  Json messages = text::chat::attach_response_format(Json::array({{{"role", "user"}, {"content", "JSON."}}}), schema);
+  const std::vector<int32_t> prompt = tokenizer_->encode(text::chat::encode_messages(messages, {}));
+  const int64_t V = engine_->config().vocab_size;
+  struct Run {
+    GenerationResult result;
+    std::vector<std::vector<float>> masked;  // the rows drawn from, after the mask
+  };
+  auto run = [&](GenerationRequest req) {
+    Run out;
+    GenerationCallbacks cb;
+    cb.detokenize = [](int32_t) { return std::string(); };
+    cb.on_logits = [&](std::span<const float> l) { out.masked.emplace_back(l.begin(), l.end()); };
+    SessionState s = engine_->new_session();
+    out.result = generate(*engine_, s, req, cb);
+    return out;
+  };
+  int masked_top = 0, drafted = 0, accepted = 0;
+  for (uint64_t seed : {1u, 5u, 7u}) {  // temperature 1, greedy, temperature 1
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.sampling = sampling_for(seed);
+    req.max_tokens = 24;
+    req.stop_ids = {static_cast<int32_t>(engine_->config().eos_token_id)};
+    req.constraint = constraint;
+    req.top_logprobs = 3;
+    const Run plain = run(req);
+    const GenerationResult& g = plain.result;
+    ASSERT_FALSE(g.tokens.empty());
+    const bool stopped_by_id = g.tokens.back() == req.stop_ids[0];
+    ASSERT_EQ(g.logprobs.size(), g.tokens.size() - (stopped_by_id ? 1 : 0));
+
+    // Teacher-forced logits of the same tokens.
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), g.tokens.begin(), g.tokens.end() - 1);
+    std::vector<float> logits(all.size() * static_cast<size_t>(V));
+    SessionState t = engine_->new_session();
+    engine_->forward(t, all, logits.data(), LogitRows::kAll);
+    for (size_t i = 0; i < g.logprobs.size(); ++i) {
+      const float* row = logits.data() + (prompt.size() - 1 + i) * static_cast<size_t>(V);
+      double max = row[0];
+      for (int64_t v = 1; v < V; ++v) max = std::max(max, static_cast<double>(row[v]));
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - max);
+      const double log_z = max + std::log(sum);
+      const TokenLogprob& lp = g.logprobs[i];
+      EXPECT_EQ(lp.token, g.tokens[i]);
+      EXPECT_NEAR(lp.logprob, row[lp.token] - log_z, 1e-4) << "step " << i;
+      ASSERT_EQ(lp.top.size(), 3u);
+      for (const auto& [id, l] : lp.top) EXPECT_NEAR(l, row[id] - log_z, 1e-4) << "step " << i;
+      // The model's favourite was often a token the constraint forbade: logprobs are unmasked.
+      masked_top += !std::isfinite(plain.masked[i][static_cast<size_t>(lp.top[0].first)]);
+    }
+
+    std::vector<int32_t> wrong = g.tokens;
+    for (size_t i = 1; i < wrong.size(); i += 3) wrong[i] = (wrong[i] + 1) % static_cast<int32_t>(V);
+    const std::vector<int32_t>* oracles[] = {&g.tokens, &wrong};
+    for (const std::vector<int32_t>* oracle : oracles) {
+      GenerationRequest r = req;
+      r.spec = SpecMode::kOracle;
+      r.draft_max = 4;
+      r.oracle = *oracle;
+      const Run d = run(r);
+      SCOPED_TRACE(oracle == &wrong ? "oracle wrong every 3rd" : "oracle right");
+      EXPECT_EQ(d.result.tokens, g.tokens);
+      EXPECT_EQ(d.result.finish, g.finish);
+      ASSERT_EQ(d.result.logprobs.size(), g.logprobs.size());
+      for (size_t i = 0; i < g.logprobs.size(); ++i) {
+        EXPECT_EQ(d.result.logprobs[i].token, g.logprobs[i].token) << i;
+        EXPECT_EQ(std::bit_cast<uint32_t>(d.result.logprobs[i].logprob), std::bit_cast<uint32_t>(g.logprobs[i].logprob)) << i;
+        EXPECT_EQ(d.result.logprobs[i].top, g.logprobs[i].top) << i;
+      }
+      drafted += d.result.stats.drafted_tokens;
+      accepted += d.result.stats.accepted_tokens;
+    }
+  }
+  EXPECT_GT(masked_top, 0);
+  EXPECT_GT(drafted, 20);
+  EXPECT_GT(accepted, 10);
+  EXPECT_GT(drafted, accepted);  // drafts were taken back too
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConstrainedGeneration, ::testing::Values("tiny-a", "flashlike"));

@@ -5,6 +5,7 @@
 // every expert resident and at --ram min.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 
 #include "dsv4/model/engine.h"
@@ -166,6 +167,14 @@ class SpeculativeGeneration : public ::testing::TestWithParam<Budget> {
     EXPECT_EQ(a.result.finish, b.result.finish);
     ASSERT_EQ(a.logits.size(), b.logits.size());
     for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_TRUE(same_bits(a.logits[i], b.logits[i])) << "token " << i;
+    // Log-probabilities come from the row of the pass that drew each token: the same numbers.
+    ASSERT_EQ(a.result.logprobs.size(), b.result.logprobs.size());
+    for (size_t i = 0; i < a.result.logprobs.size(); ++i) {
+      const TokenLogprob &x = a.result.logprobs[i], &y = b.result.logprobs[i];
+      EXPECT_EQ(x.token, y.token) << "token " << i;
+      EXPECT_EQ(std::bit_cast<uint32_t>(x.logprob), std::bit_cast<uint32_t>(y.logprob)) << "token " << i;
+      EXPECT_EQ(x.top, y.top) << "token " << i;
+    }
     expect_same_session(a.session, b.session, loaded_.engine->config().num_layers);
   }
 
@@ -190,8 +199,10 @@ TEST_P(SpeculativeGeneration, EveryModeEmitsTheTokensAndLogitsOfPlainDecoding) {
       req.sampling.seed = 1234;
       req.stop_ids = {};  // run to max_tokens
       req.spec = SpecMode::kOff;
+      req.top_logprobs = 2;
       const Run plain = generate_with(req);
       ASSERT_EQ(plain.result.tokens.size(), 40u);
+      ASSERT_EQ(plain.result.logprobs.size(), 40u);
       EXPECT_EQ(plain.result.stats.drafted_tokens, 0);
 
       // Oracle drafts that are all right, and ones wrong at every third position.
