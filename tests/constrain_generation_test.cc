@@ -319,11 +319,7 @@ TEST_P(ConstrainedGeneration, LogprobsAreTheModelsOwnAndDraftingKeepsTokensAndLo
     engine_->forward(t, all, logits.data(), LogitRows::kAll);
     for (size_t i = 0; i < g.logprobs.size(); ++i) {
       const float* row = logits.data() + (prompt.size() - 1 + i) * static_cast<size_t>(V);
-      double max = row[0];
-      for (int64_t v = 1; v < V; ++v) max = std::max(max, static_cast<double>(row[v]));
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - max);
-      const double log_z = max + std::log(sum);
+      const double log_z = test::log_z(std::span<const float>(row, static_cast<size_t>(V)));
       const TokenLogprob& lp = g.logprobs[i];
       EXPECT_EQ(lp.token, g.tokens[i]);
       EXPECT_NEAR(lp.logprob, row[lp.token] - log_z, 1e-4) << "step " << i;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,14 @@ void expect_same_compressor(const CompressorState& a, const CompressorState& b, 
 }
 
 }  // namespace
+
+double log_z(std::span<const float> row) {
+  double max = row[0];
+  for (float l : row) max = std::max(max, static_cast<double>(l));
+  double sum = 0;
+  for (float l : row) sum += std::exp(l - max);
+  return max + std::log(sum);
+}
 
 void expect_same_session(const SessionState& a, const SessionState& b, int main_layers) {
   EXPECT_EQ(a.position, b.position);

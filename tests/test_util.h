@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "dsv4/experts/expert_provider.h"
@@ -33,6 +34,10 @@ std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions&
 // what the main model computes (its layers; not the MTP drafter's window and stream ring,
 // which depend on when it drafted).
 void expect_same_session(const SessionState& a, const SessionState& b, int main_layers = -1);
+
+// The log of the softmax's normalizer of one logits row, in double: log-softmax(row)[i] is
+// row[i] - log_z(row) (what the generator's log-probabilities are checked against).
+double log_z(std::span<const float> row);
 
 // "../shared/fixtures/<name>" (tests run from the repository root).
 std::string fixture(const std::string& name);
