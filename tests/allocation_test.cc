@@ -10,6 +10,7 @@
 
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/model/engine.h"
+#include "dsv4/model/undo_log.h"
 #include "dsv4/runtime/model_loader.h"
 #include "test_util.h"
 
@@ -90,6 +91,7 @@ TEST_P(SteadyState, PrefillAndDecodeDoNotAllocate) {
   o.workload.context_tokens = 512;
   o.workload.chunk_tokens = 64;
   o.ram = c.streamed ? "min" : "4G";
+  o.mtp = MtpLoad::kYes;
   LoadedEngine loaded = load_engine(test::fixture(c.fixture), o);
   ASSERT_EQ(loaded.plan.all_resident, !c.streamed);
   Engine& engine = *loaded.engine;
@@ -114,6 +116,26 @@ TEST_P(SteadyState, PrefillAndDecodeDoNotAllocate) {
     }
   });
   EXPECT_EQ(decode, 0u) << "40 decode steps allocated";
+  // Speculative steps: MTP drafts (catch-up and chained), a verify pass of 4 rows with its
+  // undo log, and the rewind (the log keeps its capacity from the warm-up step).
+  ASSERT_TRUE(engine.has_mtp());
+  std::vector<float> rows_logits(static_cast<size_t>(4 * V));
+  UndoLog undo;
+  int32_t rows[4];
+  auto spec_step = [&] {
+    rows[0] = next;
+    engine.mtp_draft(s, rows[0], 3, rows + 1);
+    undo.begin(s);
+    const int64_t at = s.position;
+    engine.forward(s, std::span<const int32_t>(rows, 4), rows_logits.data(), LogitRows::kAll, 4, &undo);
+    undo.rewind(s, at + 1 + (next % 3));
+    next = static_cast<int32_t>((next * 31 + 7) % V);
+  };
+  for (int i = 0; i < 3; ++i) spec_step();  // warm-up
+  const uint64_t speculative = allocations_during([&] {
+    for (int i = 0; i < 20; ++i) spec_step();
+  });
+  EXPECT_EQ(speculative, 0u) << "20 speculative steps allocated";
   // The counter itself works: a vector allocates.
   EXPECT_GT(allocations_during([] { std::vector<int> v(1000); }), 0u);
 }

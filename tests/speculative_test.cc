@@ -116,6 +116,21 @@ TEST(DraftController, StopsDraftingWhenDraftsAreWrongAndProbesAgain) {
   DraftController f(3, true);
   for (int i = 0; i < 40; ++i) f.record(3, 2, 0.24), f.record(1, 0, 0.2);
   EXPECT_EQ(f.draft_length(3), 3);
+  // Probes whose drafts are wrong come ever more rarely: after 16, 32, 64, ... steps.
+  DraftController g(2, true);
+  for (int i = 0; i < 40; ++i) g.record(1, 0, 1.0), g.record(2, 0, 1.5);
+  std::vector<int> probes;
+  for (int step = 1; step <= 16 + 32 + 64 + 128; ++step) {
+    const int k = g.draft_length(2);
+    g.record(k + 1, 0, k ? 1.5 : 1.0);
+    if (k) probes.push_back(step);
+  }
+  EXPECT_EQ(probes, (std::vector<int>{16, 48, 112, 240}));
+  // A probe that is right brings drafting back.
+  for (int i = 0; i < 512 && g.draft_length(2) == 0; ++i) g.record(1, 0, 1.0);
+  g.record(2, 1, 1.05);
+  for (int i = 0; i < 6; ++i) g.record(2, 1, 1.05);
+  EXPECT_GT(g.draft_length(2), 0);
   // An explicit mode never stops.
   DraftController e(2, false);
   for (int i = 0; i < 40; ++i) e.record(2, 0, 5.0), e.record(1, 0, 1.0);

@@ -82,8 +82,9 @@ int DraftController::draft_length(int available) {
     const double rate = expected / time_of(k + 1);
     if (rate > best_rate) best = k, best_rate = rate;
   }
+  probing_ = false;
   if (best == 0 && !may_stop_) best = 1;
-  if (best == 0 && ++steps_since_draft_ >= kProbeInterval) best = 1;
+  if (best == 0 && ++steps_since_draft_ >= probe_interval_) best = 1, probing_ = true;
   if (best > 0) steps_since_draft_ = 0;
   return best;
 }
@@ -91,6 +92,8 @@ int DraftController::draft_length(int available) {
 void DraftController::record(int rows, int accepted, double seconds) {
   constexpr double kWeight = 0.15;  // exponential moving averages
   if (rows < 1 || rows > draft_max_ + 1) return;
+  if (probing_ && rows > 1) probe_interval_ = accepted > 0 ? kProbeInterval : std::min(2 * probe_interval_, kMaxProbeInterval);
+  probing_ = false;
   double& t = pass_time_[static_cast<size_t>(rows - 1)];
   t = t > 0 ? (1 - kWeight) * t + kWeight * seconds : seconds;
   // Draft i (0-based) was tried if the ones before it were right.

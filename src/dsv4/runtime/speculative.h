@@ -36,11 +36,14 @@ int ngram_draft(std::span<const int32_t> history, int max, int32_t* out, int* ma
 // position, and the time of a pass of n rows against a pass of one row. It drafts k tokens
 // when k maximizes the expected tokens per second,
 //   (1 + a1 + a1·a2 + … + a1·…·ak) / time(k + 1 rows),
-// and k = 0 when no k beats one row per pass; then it tries k = 1 every kProbeInterval
-// steps so that a change (a repetitive stretch of text) is noticed.
+// and k = 0 when no k beats one row per pass; then it tries k = 1 after kProbeInterval
+// steps so that a change (a repetitive stretch of text) is noticed, and after twice as many
+// each time a probe's draft is wrong (up to kMaxProbeInterval), so a drafter that is never
+// right (random weights) costs almost nothing.
 class DraftController {
  public:
   static constexpr int kProbeInterval = 16;
+  static constexpr int kMaxProbeInterval = 512;
   DraftController(int draft_max, bool may_stop_drafting);
   // The draft length for the next step, at most `available` (what the drafter proposed).
   int draft_length(int available);
@@ -54,6 +57,8 @@ class DraftController {
   int draft_max_;
   bool may_stop_;
   int steps_since_draft_ = 0;
+  int probe_interval_ = kProbeInterval;
+  bool probing_ = false;  // the last draft_length() was a probe
   std::vector<double> accept_;      // [draft_max]: P(draft i right | drafts before it right)
   std::vector<double> pass_time_;   // [draft_max + 1]: seconds of a pass of i + 1 rows (0: not seen)
 };
