@@ -247,6 +247,59 @@ TEST_F(BadCheckpoint, DuplicateTensorAcrossShards) {
   expect_refused({"norm.weight", "duplicated"}, false);
 }
 
+// A checkpoint with drafter tensors the engine does not use (a later MTP layer, DSpark-style
+// heads under mtp.0) loads its target model; inspect lists them as unused; output unchanged.
+TEST_F(BadCheckpoint, ExtraDrafterTensorsAreListedUnusedAndTheModelRuns) {
+  Shard s2 = read_shard(shard(2));
+  const auto& src = s2.header["norm.weight"];
+  uint64_t b = src["data_offsets"][0], e = src["data_offsets"][1];
+  const std::vector<std::string> extra = {"mtp.1.e_proj.weight", "mtp.1.hnorm.weight", "mtp.0.markov_w1"};
+  edit_shard(3, [&](Shard& s) {
+    for (const std::string& name : extra) {
+      uint64_t at = s.data.size();
+      s.data += s2.data.substr(b, e - b);
+      s.header[name] = {{"dtype", "BF16"}, {"shape", {256}}, {"data_offsets", {at, at + (e - b)}}};
+    }
+  });
+  edit_index([&](Json& j) {
+    for (const std::string& name : extra) j["weight_map"][name] = "model-00003-of-00003.safetensors";
+  });
+  auto r = test::run_dsv4("inspect " + dir_, "", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mtp         yes, mtp.0 drafts"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unused      3 tensors"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mtp.0.markov_w1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mtp.1.*"), std::string::npos) << r.out;
+  const std::string gen = " --numerics reference --tokens 5,6,7,8 -n 6";
+  auto want = test::run_dsv4("generate -m " + fixture("tiny-a") + gen, "", 60);
+  auto got = test::run_dsv4("generate -m " + dir_ + gen, "", 60);
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, want.out);
+  // The drafter itself still runs: MTP drafts, same tokens.
+  auto drafted = test::run_dsv4("run -m " + dir_ + " --raw --temperature 0 --max-tokens 6 --spec mtp hello", "", 60);
+  auto plain = test::run_dsv4("run -m " + dir_ + " --raw --temperature 0 --max-tokens 6 --spec off hello", "", 60);
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.err;
+  EXPECT_EQ(drafted.out, plain.out);
+}
+
+// A broken mtp.0 costs the drafter, not the model: inspect says why, --spec mtp refuses with
+// one line, auto and off run as before.
+TEST_F(BadCheckpoint, ABrokenMtpLayerLeavesTheTargetModel) {
+  edit_shard(3, [](Shard& s) { s.header.erase("mtp.0.enorm.weight"); });
+  edit_index([](Json& j) { j["weight_map"].erase("mtp.0.enorm.weight"); });
+  auto r = test::run_dsv4("inspect " + dir_, "", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mtp         unusable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mtp.0.enorm.weight is missing"), std::string::npos) << r.out;
+  const std::string gen = " --numerics reference --tokens 5,6,7,8 -n 6";
+  EXPECT_EQ(test::run_dsv4("generate -m " + dir_ + gen, "", 60).out,
+            test::run_dsv4("generate -m " + fixture("tiny-a") + gen, "", 60).out);
+  auto mtp = test::run_dsv4("run -m " + dir_ + " --raw --temperature 0 --max-tokens 4 --spec mtp hello", "", 60);
+  EXPECT_NE(mtp.exit_code, 0);
+  EXPECT_NE(mtp.err.find("spec \"mtp\""), std::string::npos) << mtp.err;
+  EXPECT_EQ(test::run_dsv4("run -m " + dir_ + " --raw --temperature 0 --max-tokens 4 --spec auto hello", "", 60).exit_code, 0);
+}
+
 TEST_F(BadCheckpoint, DuplicateKeyInHeader) {
   Shard s = read_shard(shard(3));
   std::string text = s.header.dump();

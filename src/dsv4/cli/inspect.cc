@@ -1,4 +1,6 @@
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -112,9 +114,12 @@ int inspect(const InspectOptions& o) {
   Checkpoint ck = Checkpoint::open(o.dir, o.mirrors);
   const ModelConfig& c = ck.config();
 
-  uint64_t dense_bytes = 0, expert_bytes = 0, mtp_bytes = 0;
+  uint64_t dense_bytes = 0, expert_bytes = 0, mtp_bytes = 0, unused_bytes = 0;
+  const std::set<std::string> unused(ck.unused_tensors().begin(), ck.unused_tensors().end());
   for (const auto& [name, ref] : ck.tensors()) {
-    if (name.rfind("mtp.", 0) == 0) {
+    if (unused.count(name)) {
+      unused_bytes += ref.info->bytes;
+    } else if (name.rfind("mtp.", 0) == 0) {
       mtp_bytes += ref.info->bytes;
     } else if (is_routed_expert_tensor(name)) {
       expert_bytes += ref.info->bytes;
@@ -152,6 +157,9 @@ int inspect(const InspectOptions& o) {
     j["mtp_bytes"] = mtp_bytes;
     j["bytes_per_expert"] = bytes_per_expert;
     j["mtp"] = ck.has_mtp();
+    j["mtp_problems"] = ck.mtp_problems();
+    j["unused_tensors"] = ck.unused_tensors();
+    j["unused_bytes"] = unused_bytes;
     nlohmann::json shards = nlohmann::json::array();
     for (const auto& s : ck.shards()) shards.push_back({{"path", s->path()}, {"bytes", s->size()}, {"tensors", s->tensors().size()}});
     j["shards"] = shards;
@@ -183,7 +191,27 @@ int inspect(const InspectOptions& o) {
   fmt::print("tensors     {}\n", ck.tensors().size());
   fmt::print("dense       {} ({} bytes)\n", human(dense_bytes), dense_bytes);
   fmt::print("experts     {} ({} bytes), {} per expert\n", human(expert_bytes), expert_bytes, human(bytes_per_expert));
-  fmt::print("mtp         {}\n", ck.has_mtp() ? fmt::format("yes, {} layer(s), {}", c.num_mtp_layers, human(mtp_bytes)) : "no");
+  if (ck.has_mtp())
+    fmt::print("mtp         yes, mtp.0 drafts ({}){}\n", human(mtp_bytes),
+               c.num_mtp_layers > 1 ? fmt::format("; {} more MTP layer(s) unused", c.num_mtp_layers - 1) : "");
+  else if (!ck.mtp_problems().empty())
+    fmt::print("mtp         unusable (the target model loads without it): {}{}\n", ck.mtp_problems()[0],
+               ck.mtp_problems().size() > 1 ? fmt::format(" (and {} more)", ck.mtp_problems().size() - 1) : "");
+  else
+    fmt::print("mtp         no\n");
+  if (!unused.empty()) {
+    // Grouped by prefix (mtp.1.*, mtp.0.markov_w1, ...): what a drafter revision adds.
+    std::map<std::string, int> groups;
+    for (const std::string& name : ck.unused_tensors()) {
+      const size_t dot = name.find('.', 4);
+      const std::string layer = dot == std::string::npos ? name : name.substr(0, dot);
+      const bool in_drafter = ck.has_mtp() && layer == "mtp.0";
+      ++groups[in_drafter ? name : layer + ".*"];
+    }
+    std::string list;
+    for (const auto& [g, n] : groups) list += (list.empty() ? "" : ", ") + g;
+    fmt::print("unused      {} tensors ({}) not loaded: {}\n", unused.size(), human(unused_bytes), list);
+  }
   fmt::print("shards      {}\n", ck.shards().size());
   for (const auto& s : ck.shards()) fmt::print("  {} ({} tensors, {})\n", s->path(), s->tensors().size(), human(s->size()));
   if (!o.deep) return 0;

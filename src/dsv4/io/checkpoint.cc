@@ -62,7 +62,7 @@ const TensorRef& Checkpoint::get(const std::string& name) const {
   return *ref;
 }
 
-bool Checkpoint::has_mtp() const { return config_.num_mtp_layers > 0; }
+bool Checkpoint::has_mtp() const { return config_.num_mtp_layers > 0 && mtp_problems_.empty(); }
 
 Checkpoint Checkpoint::open(const std::string& dir_in, const std::vector<std::string>& shard_dirs) {
   Checkpoint ck;
@@ -130,8 +130,10 @@ Checkpoint Checkpoint::open(const std::string& dir_in, const std::vector<std::st
   }
   if (!problems.empty()) fail_all(problems);
 
-  problems = schema_problems(ck.config_, ck.tensors_, dir);
-  if (!problems.empty()) fail_all(problems);
+  SchemaReport schema = check_schema(ck.config_, ck.tensors_, dir);
+  if (!schema.problems.empty()) fail_all(schema.problems);
+  ck.mtp_problems_ = std::move(schema.mtp_problems);
+  ck.unused_tensors_ = std::move(schema.unused);
   return ck;
 }
 

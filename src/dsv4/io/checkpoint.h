@@ -40,13 +40,20 @@ class Checkpoint {
   // Throws Error naming the tensor if absent.
   const TensorRef& get(const std::string& name) const;
 
+  // Whether the first MTP layer (mtp.0) is there and well-formed, so it can draft.
   bool has_mtp() const;
+  // Why mtp.0 cannot draft (the target model loads regardless); empty when it can.
+  const std::vector<std::string>& mtp_problems() const { return mtp_problems_; }
+  // Drafter tensors nothing loads: later MTP layers, other "mtp." tensors (DSpark heads).
+  const std::vector<std::string>& unused_tensors() const { return unused_tensors_; }
 
  private:
   std::string dir_;
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::map<std::string, TensorRef> tensors_;
+  std::vector<std::string> mtp_problems_;
+  std::vector<std::string> unused_tensors_;
 };
 
 }  // namespace dsv4

@@ -112,36 +112,45 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   return specs;
 }
 
-std::vector<std::string> schema_problems(const ModelConfig& c, const std::map<std::string, TensorRef>& tensors,
-                                         const std::string& dir) {
-  std::vector<std::string> problems;
+SchemaReport check_schema(const ModelConfig& c, const std::map<std::string, TensorRef>& tensors,
+                          const std::string& dir) {
+  SchemaReport r;
+  // The engine runs the main layers and (as a drafter) the first MTP layer; later MTP layers
+  // are not required, and a problem in mtp.0 only costs the drafter.
+  const std::string drafter = c.num_mtp_layers > 0 ? layer_prefix(c, c.num_layers) : std::string("-");
+  auto starts = [](const std::string& name, const std::string& prefix) { return name.rfind(prefix, 0) == 0; };
   std::map<std::string, bool> expected;
   for (const TensorSpec& spec : expected_tensors(c)) {
+    if (starts(spec.name, "mtp.") && !starts(spec.name, drafter)) continue;
     expected[spec.name] = true;
+    std::vector<std::string>& out = starts(spec.name, drafter) ? r.mtp_problems : r.problems;
     auto it = tensors.find(spec.name);
     if (it == tensors.end()) {
-      problems.push_back(fmt::format("{}: tensor {} is missing", dir, spec.name));
+      out.push_back(fmt::format("{}: tensor {} is missing", dir, spec.name));
       continue;
     }
     const TensorInfo& info = *it->second.info;
     const std::string& file = it->second.shard->path();
     if (info.dtype != spec.dtype) {
-      problems.push_back(fmt::format("{}: tensor {} has dtype {}, expected {}", file, spec.name,
-                                     dtype_name(info.dtype), dtype_name(spec.dtype)));
+      out.push_back(fmt::format("{}: tensor {} has dtype {}, expected {}", file, spec.name, dtype_name(info.dtype),
+                                dtype_name(spec.dtype)));
     }
     if (info.shape != spec.shape) {
       TensorInfo want;
       want.shape = spec.shape;
-      problems.push_back(fmt::format("{}: tensor {} has shape {}, expected {}", file, spec.name,
-                                     info.shape_string(), want.shape_string()));
+      out.push_back(fmt::format("{}: tensor {} has shape {}, expected {}", file, spec.name, info.shape_string(),
+                                want.shape_string()));
     }
   }
   for (const auto& [name, ref] : tensors) {
-    if (!expected.count(name))
-      problems.push_back(fmt::format("{}: tensor {} is not part of the model described by {}", ref.shard->path(),
-                                     name, c.source));
+    if (expected.count(name)) continue;
+    if (starts(name, "mtp."))
+      r.unused.push_back(name);
+    else
+      r.problems.push_back(fmt::format("{}: tensor {} is not part of the model described by {}", ref.shard->path(),
+                                       name, c.source));
   }
-  return problems;
+  return r;
 }
 
 }  // namespace dsv4

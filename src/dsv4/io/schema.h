@@ -25,8 +25,15 @@ std::string layer_prefix(const ModelConfig& c, int layer);
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c);
 
 struct TensorRef;
-// Compares the checkpoint's tensors with the expected set; one message per problem.
-std::vector<std::string> schema_problems(const ModelConfig& c, const std::map<std::string, TensorRef>& tensors,
-                                         const std::string& dir);
+// The checkpoint's tensors against the expected set; one message per problem.
+struct SchemaReport {
+  std::vector<std::string> problems;      // the model cannot load
+  std::vector<std::string> mtp_problems;  // mtp.0 cannot draft (the target model still loads)
+  // Drafter tensors the engine does not use: MTP layers after mtp.0 and anything else under
+  // "mtp." (e.g. the DSpark stages' Markov and confidence heads), by name.
+  std::vector<std::string> unused;
+};
+SchemaReport check_schema(const ModelConfig& c, const std::map<std::string, TensorRef>& tensors,
+                          const std::string& dir);
 
 }  // namespace dsv4

@@ -29,8 +29,7 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
       weights_(ModelWeights::load(*checkpoint_, options.mtp && checkpoint_->has_mtp(), options.faults.get())),
       experts_(std::move(experts)),
       mtp_experts_(options.mtp && checkpoint_->has_mtp()
-                       ? make_resident_experts(*checkpoint_, config().num_layers, config().num_mtp_layers,
-                                               options.faults.get())
+                       ? make_resident_experts(*checkpoint_, config().num_layers, 1, options.faults.get())
                        : nullptr),
       ropes_{Rope(config().rope_dim, config().rope_theta, YarnConfig{}),
              Rope(config().rope_dim, config().compress_rope_theta, config().yarn)},

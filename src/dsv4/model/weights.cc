@@ -162,7 +162,7 @@ ModelWeights ModelWeights::load(const Checkpoint& ck, bool with_mtp, IoFaults* f
     fail("{}: o_lora_rank {} with o_groups {} splits FP8 scale blocks between groups; not supported", c.source, R, G);
 
   for (const LayerSpec& spec : c.layers) {
-    if (spec.is_mtp && !with_mtp) continue;
+    if (spec.is_mtp && (!with_mtp || spec.index != c.num_layers)) continue;  // only mtp.0 drafts
     const std::string p = layer_prefix(c, spec.index);
     LayerWeights L;
     L.spec = spec;

@@ -103,12 +103,12 @@ struct ModelWeights {
   std::vector<float> norm;
   Matrix hc_head_fn;  // [hc, hc*D] F32
   std::vector<float> hc_head_base, hc_head_scale;
-  std::vector<LayerWeights> layers;  // main layers, then (with_mtp) the MTP layers
+  std::vector<LayerWeights> layers;  // main layers, then (with_mtp) mtp.0
 
   std::vector<AlignedBuffer> storage;  // owns the bytes every Matrix above points into
 
-  // Reads every non-expert tensor of the main layers, and of the MTP layers when something
-  // will run them (`with_mtp`). Throws Error naming the tensor on any problem.
+  // Reads every non-expert tensor of the main layers, and of the first MTP layer when
+  // something will run it (`with_mtp`). Throws Error naming the tensor on any problem.
   // `faults`: the test fault layer for those reads (null: none).
   static ModelWeights load(const Checkpoint& ck, bool with_mtp = false, IoFaults* faults = nullptr);
 };

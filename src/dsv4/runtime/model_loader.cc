@@ -24,21 +24,22 @@ namespace {
 
 // The workload as the engine will really run it: the context within the model's, passes no
 // longer than the context, the pool's thread count; the engine's workspace gets that shape.
-void settle_shape(const ModelConfig& c, LoadOptions& o) {
+void settle_shape(const Checkpoint& ck, LoadOptions& o) {
+  const ModelConfig& c = ck.config();
   WorkloadShape& w = o.workload;
   w.context_tokens = std::max<int64_t>(1, std::min(w.context_tokens, c.max_position_embeddings));
   w.chunk_tokens = std::max<int64_t>(1, std::min(w.chunk_tokens, w.context_tokens));
   w.threads = o.engine.threads > 0 ? o.engine.threads : available_cpus();
   o.engine.max_rows = w.chunk_tokens;
   o.engine.context = w.context_tokens;
-  o.engine.mtp = o.mtp != MtpLoad::kNo && c.num_mtp_layers > 0;
+  o.engine.mtp = o.mtp != MtpLoad::kNo && ck.has_mtp();
   w.mtp = o.engine.mtp;
 }
 
 // The plan for the settled shape; with MtpLoad::kIfAllResident, without the drafter when it
 // would take slots from the target's experts (o.engine.mtp and o.workload.mtp say which).
 MemoryPlan settle_plan(const Checkpoint& ck, LoadOptions& o) {
-  settle_shape(ck.config(), o);
+  settle_shape(ck, o);
   if (o.mtp == MtpLoad::kIfAllResident && o.engine.mtp) {
     try {
       MemoryPlan plan = plan_memory(ck, parse_ram(o.ram), o.workload);

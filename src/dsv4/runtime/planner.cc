@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "dsv4/experts/expert_layout.h"
 #include "dsv4/io/checkpoint.h"
+#include "dsv4/io/schema.h"
 #include "dsv4/model/session.h"
 #include "dsv4/model/workspace.h"
 #include "dsv4/util/error.h"
@@ -70,9 +72,13 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
   const ModelConfig& c = ck.config();
   MemoryPlan p;
   // The embedding's rows are read per token; the MTP layer is not loaded until something runs it.
+  const std::string drafter = c.num_mtp_layers > 0 ? layer_prefix(c, c.num_layers) : std::string("-");
+  const std::set<std::string> unused(ck.unused_tensors().begin(), ck.unused_tensors().end());
   for (const auto& [name, ref] : ck.tensors()) {
     if (name.rfind("mtp.", 0) == 0) {
-      if (workload.mtp && ck.has_mtp()) p.mtp_bytes += (ref.info->bytes + 63) / 64 * 64;  // as loaded: 64-byte aligned
+      // mtp.0 as loaded (64-byte aligned); later MTP layers and DSpark heads are never loaded.
+      if (workload.mtp && ck.has_mtp() && name.rfind(drafter, 0) == 0 && !unused.count(name))
+        p.mtp_bytes += (ref.info->bytes + 63) / 64 * 64;
     } else if (!is_routed_expert(name) && name != "embed.weight") {
       p.dense_bytes += ref.info->bytes;
     }
