@@ -347,7 +347,7 @@ int bench_model(const BenchModelOptions& o) {
   workload.chunk_tokens = resolve_chunk(o.model.chunk, prompt_len);
   LoadOptions load = load_options(o.model, workload);
   load.print_plan = !o.json;
-  load.mtp = o.spec == "mtp" ? MtpLoad::kYes : o.spec == "auto" ? MtpLoad::kIfAllResident : MtpLoad::kNo;
+  load.mtp = o.spec == "mtp" ? MtpLoad::kYes : MtpLoad::kNo;
   load.engine.lookahead = o.lookahead == "off"   ? ExpertLookahead::kOff
                           : o.lookahead == "all" ? ExpertLookahead::kAll
                                                  : ExpertLookahead::kExact;

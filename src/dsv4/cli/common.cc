@@ -100,7 +100,9 @@ LoadedEngine open_engine(const ModelOptions& m, const WorkloadShape& workload) {
 
 MtpLoad mtp_load_for(const std::string& spec) {
   const SpecMode mode = parse_spec_mode(spec);
-  return mode == SpecMode::kMtp ? MtpLoad::kYes : mode == SpecMode::kAuto ? MtpLoad::kIfAllResident : MtpLoad::kNo;
+  // auto does not load it: on every model measured here MTP drafts did not pay for their
+  // passes (docs/benchmarks.md); a server started with --spec mtp lets requests choose auto.
+  return mode == SpecMode::kMtp ? MtpLoad::kYes : MtpLoad::kNo;
 }
 
 LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload, MtpLoad mtp) {

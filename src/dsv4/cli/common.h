@@ -36,7 +36,7 @@ struct LoadedModel {
 };
 // Tokenizer first (cheap, and a missing tokenizer.json fails before the weights load).
 LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload, MtpLoad mtp = MtpLoad::kNo);
-// Whether --spec `spec` loads the MTP drafter: mtp always, auto when it fits beside every expert.
+// Whether --spec `spec` loads the MTP drafter: only mtp does.
 MtpLoad mtp_load_for(const std::string& spec);
 
 // The context of run, chat and serve when --ctx is 0: a long conversation, not the model's

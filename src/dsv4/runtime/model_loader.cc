@@ -36,18 +36,8 @@ void settle_shape(const Checkpoint& ck, LoadOptions& o) {
   w.mtp = o.engine.mtp;
 }
 
-// The plan for the settled shape; with MtpLoad::kIfAllResident, without the drafter when it
-// would take slots from the target's experts (o.engine.mtp and o.workload.mtp say which).
 MemoryPlan settle_plan(const Checkpoint& ck, LoadOptions& o) {
   settle_shape(ck, o);
-  if (o.mtp == MtpLoad::kIfAllResident && o.engine.mtp) {
-    try {
-      MemoryPlan plan = plan_memory(ck, parse_ram(o.ram), o.workload);
-      if (plan.all_resident) return plan;
-    } catch (const Error&) {  // below the minimum with the drafter: the plan without it decides
-    }
-    o.engine.mtp = o.workload.mtp = false;
-  }
   return plan_memory(ck, parse_ram(o.ram), o.workload);
 }
 

@@ -20,8 +20,7 @@ namespace dsv4 {
 // Whether the MTP drafter is loaded (its layer and experts resident, inside the budget).
 enum class MtpLoad : uint8_t {
   kNo,
-  kIfAllResident,  // only when the target's experts all stay resident beside it (--spec auto)
-  kYes,            // whenever the checkpoint has one (--spec mtp, dsv4 score --mtp-logits-out)
+  kYes,  // whenever the checkpoint has a usable mtp.0 (--spec mtp, dsv4 score --mtp-logits-out)
 };
 
 struct LoadOptions {

@@ -132,8 +132,8 @@ std::vector<Setting> make_table() {
       // Speculative decoding (run, chat, serve): never changes the output.
       choice("spec", "--spec", "DSV4_SPEC", "auto", {"off", "auto", "ngram", "mtp"},
              "speculative decoding: off, auto (draft when measured to pay: n-gram where the text repeats, else "
-             "MTP when its layer fits beside every expert), ngram (always draft from earlier text) or mtp (always "
-             "draft with the checkpoint's MTP layer, loaded inside --ram)"),
+             "MTP if the drafter is loaded), ngram (always draft from earlier text) or mtp (load the checkpoint's "
+             "MTP layer inside --ram and draft with it)"),
       integer("draft_max", "--draft-max", "DSV4_DRAFT_MAX", 4, 1, 16, "most tokens drafted per step"),
       // Server.
       text("host", "--host", "DSV4_HOST", "127.0.0.1", "address the server binds to"),
