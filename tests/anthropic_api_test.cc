@@ -6,10 +6,10 @@
 
 #include <limits>
 
+#include "dsv4/constrain/answer_grammar.h"
 #include "dsv4/server/anthropic_api.h"
 #include "dsv4/server/chat_output.h"
 #include "dsv4/text/chat_format.h"
-#include "dsv4/text/dsml.h"
 #include "test_util.h"
 
 namespace dsv4::server::anthropic {
@@ -170,30 +170,50 @@ TEST(AnthropicRequest, ToolChoiceNoneKeepsTheToolsButBansCalls) {
   EXPECT_EQ(none.tool_choice.mode, ToolChoice::Mode::kNone);
 }
 
-TEST(AnthropicRequest, ForcedToolChoiceOpensTheToolCallBlock) {
+TEST(AnthropicRequest, ForcedToolChoiceConstrainsTheAnswerToTheToolsInputSchemas) {
   Json b = body(Json::array({user("Weather in Paris?")}));
-  b["tools"] = Json::array({weather_tool()});
+  Json ping = {{"name", "ping"}, {"input_schema", {{"type", "object"}}}};
+  b["tools"] = Json::array({ping, weather_tool()});
+  const ApiRequest with_auto = parse_messages_request(b, defaults());
+  EXPECT_FALSE(with_auto.output.active());
+  EXPECT_EQ(with_auto.stop, defaults().stop);
+
   b["tool_choice"] = {{"type", "tool"}, {"name", "get_weather"}, {"disable_parallel_tool_use", true}};
   ApiRequest r = parse_messages_request(b, defaults());
   EXPECT_EQ(r.tool_choice.mode, ToolChoice::Mode::kTool);
   EXPECT_FALSE(r.tool_choice.parallel);
-  const std::string prefix = text::dsml::tool_calls_start() + ">\n<" + kDsml + "invoke name=\"get_weather\">\n";
-  EXPECT_EQ(r.answer_prefix, prefix);
-  EXPECT_TRUE(r.prompt_text.ends_with(A + kThinkEnd + prefix));
-  // The parser, fed the prefix first, turns the model's continuation into the call.
-  ChatOutputParser parser(r.thinking, r.tools, "toolu_1_");
-  ChatDelta start = parser.feed(r.answer_prefix);
-  EXPECT_TRUE(start.empty());
-  parser.feed("<" + kDsml + "parameter name=\"city\" string=\"true\">Paris</" + kDsml + "parameter>\n</" + kDsml +
-              "invoke>\n</" + kDsml + "tool_calls>");
-  ChatDelta end = parser.finish();
-  ASSERT_EQ(end.tool_calls.size(), 1u);
-  EXPECT_EQ(end.tool_calls[0].name, "get_weather");
-  EXPECT_EQ(end.tool_calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_TRUE(r.tools);
+  EXPECT_EQ(r.prompt_text, with_auto.prompt_text);  // nothing forced into the prompt
+  ASSERT_TRUE(r.output.active());
+  EXPECT_TRUE(r.output.calls_required);
+  EXPECT_FALSE(r.output.content_schema);
+  ASSERT_EQ(r.output.tools.size(), 1u);  // that tool alone, once
+  EXPECT_EQ(r.output.tools[0].name, "get_weather");
+  EXPECT_EQ(r.output.tools[0].parameters, weather_tool()["input_schema"]);
+  EXPECT_EQ(r.output.tools[0].param, "tools[1].input_schema");
+  EXPECT_EQ(r.output.max_calls, 1u);
+  EXPECT_TRUE(r.stop.empty());  // a default stop string could cut the input short
+  const constrain::AnswerFormat f = answer_format(r.output, r.thinking);
+  EXPECT_TRUE(f.calls_required);
+  EXPECT_NO_THROW(constrain::build_answer_grammar(f));
 
   b["tool_choice"] = {{"type", "any"}};
   r = parse_messages_request(b, defaults());
-  EXPECT_EQ(r.answer_prefix, text::dsml::tool_calls_start() + ">\n");
+  ASSERT_EQ(r.output.tools.size(), 2u);  // any tool, in parallel
+  EXPECT_EQ(r.output.tools[0].name, "ping");
+  EXPECT_EQ(r.output.tools[0].param, "tools[0].input_schema");
+  EXPECT_EQ(r.output.max_calls, kMaxParallelToolCalls);
+  b["tool_choice"]["disable_parallel_tool_use"] = true;
+  EXPECT_EQ(parse_messages_request(b, defaults()).output.max_calls, 1u);
+
+  // A schema outside the subset is refused naming the keyword's path in the request.
+  b["tools"][1]["input_schema"]["properties"]["city"]["format"] = "date";
+  try {
+    constrain::build_answer_grammar(answer_format(parse_messages_request(b, defaults()).output, false));
+    ADD_FAILURE() << "accepted";
+  } catch (const constrain::SchemaError& e) {
+    EXPECT_EQ(e.param(), "tools[1].input_schema.properties.city.format");
+  }
 }
 
 std::string param_of(const Json& b, bool count_tokens = false) {
@@ -254,6 +274,10 @@ TEST(AnthropicRequest, ErrorsNameTheField) {
   b["tool_choice"] = {{"type", "sometimes"}};
   EXPECT_EQ(param_of(b), "tool_choice.type");
   b["tool_choice"] = {{"type", "any"}};
+  b["stop_sequences"] = Json::array({"x"});
+  EXPECT_EQ(param_of(b), "stop_sequences");  // could cut a forced input short
+  b["stop_sequences"] = Json::array();
+  EXPECT_EQ(param_of(b), "(accepted)");
   b["max_tokens"] = 4096;
   b["thinking"] = {{"type", "enabled"}, {"budget_tokens", 1024}};
   EXPECT_EQ(param_of(b), "tool_choice");  // forced tool use needs thinking off, as Anthropic's API

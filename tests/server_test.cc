@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -653,6 +654,102 @@ TEST(Server, JsonResponseFormatsAndForcedToolCalls) {
       }
     }
   }
+}
+
+// Anthropic's forced tool use ("any", "tool") is the same constrained decoding: every finished
+// answer is tool_use blocks whose input follows the tool's input_schema, streaming and not;
+// "none" never answers with a tool_use block; schema and stop_sequences refusals name the field.
+TEST(Server, MessagesForcedToolUseFollowsTheInputSchemaAndNoneForbidsCalls) {
+  ServerOptions o = test_options();
+  o.defaults.seed = 7;  // Anthropic's API has no seed: the prompts vary instead (reproducibly)
+  TestServer s(o);
+  const Json tools = Json::parse(R"([{"name": "get_weather", "input_schema":
+      {"type": "object", "properties": {"city": {"type": "string", "maxLength": 4}, "unit": {"enum": ["c", "f"]},
+       "days": {"type": "integer"}}, "required": ["city", "unit"], "additionalProperties": false}},
+      {"name": "ping", "input_schema": {"type": "object", "properties": {}, "additionalProperties": false}}])");
+  auto request = [&](const Json& choice, int seed, bool stream) {
+    Json body = {{"model", "claude-sonnet-4-5"}, {"max_tokens", 200}, {"temperature", 1}, {"tools", tools},
+                 {"tool_choice", choice}, {"stream", stream},
+                 {"messages", Json::array({{{"role", "user"}, {"content", "Weather in Oslo, day " + std::to_string(seed) + "?"}}})}};
+    return body;
+  };
+  int finished = 0;
+  for (const Json& choice : {Json{{"type", "any"}}, Json{{"type", "tool"}, {"name", "get_weather"}},
+                             Json{{"type", "any"}, {"disable_parallel_tool_use", true}}}) {
+    for (int seed = 1; seed <= 3; ++seed) {
+      for (bool stream : {false, true}) {
+        Reply r = post(s, "/v1/messages", request(choice, seed, stream));
+        ASSERT_EQ(r.status, 200) << r.body;
+        Json blocks = Json::array();
+        std::string stop_reason;
+        if (!stream) {
+          stop_reason = r.json["stop_reason"];
+          blocks = r.json["content"];
+        } else {
+          std::map<int, std::string> partial;  // index -> input_json_delta text
+          for (const Json& e : sse_events(r.body)) {
+            if (e["type"] == "content_block_start") blocks.push_back(e["content_block"]);
+            if (e["type"] == "content_block_delta" && e["delta"]["type"] == "input_json_delta")
+              partial[e["index"].get<int>()] += e["delta"]["partial_json"].get<std::string>();
+            if (e["type"] == "message_delta") stop_reason = e["delta"]["stop_reason"];
+          }
+          for (auto& [i, text] : partial) blocks[static_cast<size_t>(i)]["input"] = Json::parse(text, nullptr, false);
+        }
+        if (stop_reason == "max_tokens") continue;
+        ++finished;
+        EXPECT_EQ(stop_reason, "tool_use") << r.body;
+        size_t calls = 0;
+        for (const Json& b : blocks) {
+          if (b["type"] != "tool_use") {
+            ADD_FAILURE() << "a forced answer has only tool_use blocks: " << r.body;
+            continue;
+          }
+          ++calls;
+          const Json& input = b["input"];
+          ASSERT_TRUE(input.is_object()) << b.dump();
+          if (choice["type"] == "tool") EXPECT_EQ(b["name"], "get_weather");
+          if (b["name"] == "get_weather") {
+            EXPECT_TRUE(input["city"].is_string() && input["city"].get<std::string>().size() <= 16) << b.dump();
+            EXPECT_TRUE(input["unit"] == "c" || input["unit"] == "f") << b.dump();
+            EXPECT_TRUE(!input.contains("days") || input["days"].is_number_integer()) << b.dump();
+            for (const auto& [key, value] : input.items()) EXPECT_TRUE(key == "city" || key == "unit" || key == "days") << key;
+          } else {
+            EXPECT_EQ(b["name"], "ping");
+            EXPECT_TRUE(input.empty()) << b.dump();
+          }
+        }
+        EXPECT_GE(calls, 1u) << r.body;
+        if (choice["type"] == "tool" || choice.contains("disable_parallel_tool_use")) EXPECT_EQ(calls, 1u) << r.body;
+      }
+    }
+  }
+  EXPECT_GE(finished, 9);
+
+  // "none": the tools stay in the prompt, but no answer is a tool call.
+  for (int seed = 1; seed <= 3; ++seed) {
+    Reply r = post(s, "/v1/messages", request(Json{{"type", "none"}}, seed, false));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(r.json["stop_reason"], "tool_use");
+    for (const Json& b : r.json["content"]) EXPECT_NE(b["type"], "tool_use") << r.body;
+  }
+
+  Json bad = request(Json{{"type", "tool"}, {"name", "get_weather"}}, 1, false);
+  bad["stop_sequences"] = Json::array({"}"});
+  Reply refused = post(s, "/v1/messages", bad);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.json["error"]["type"], "invalid_request_error");
+  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("stop_sequences"), std::string::npos) << refused.body;
+  bad.erase("stop_sequences");
+  bad["tools"][0]["input_schema"]["properties"]["city"]["format"] = "date";
+  refused = post(s, "/v1/messages", bad);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("tools[0].input_schema.properties.city.format"),
+            std::string::npos)
+      << refused.body;
+  // With "auto" the same schema is not compiled (nothing is forced): accepted.
+  bad["tool_choice"] = {{"type", "auto"}};
+  bad["max_tokens"] = 2;
+  EXPECT_EQ(post(s, "/v1/messages", bad).status, 200);
 }
 
 TEST(Server, ContextOverflowIs400ContextLengthExceeded) {

@@ -1,8 +1,9 @@
-// Constrained answers through the official OpenAI Node SDK against `dsv4 serve` on the
-// random-weight tiny-a fixture: response_format json_schema / json_object, and forced tool
-// calls (tool_choice "required" and a named function), streaming and not. Whatever the random
-// model prefers, every finished answer parses, and an independent validator (Debian's
-// python3-jsonschema via tests/validate_json.py) checks it against its schema.
+// Constrained answers through the official OpenAI and Anthropic Node SDKs against `dsv4 serve`
+// on the random-weight tiny-a fixture: response_format json_schema / json_object, and forced
+// tool calls (OpenAI tool_choice "required" and a named function, Anthropic "any" and "tool"),
+// streaming and not. Whatever the random model prefers, every finished answer parses, and an
+// independent validator (Debian's python3-jsonschema via tests/validate_json.py) checks it
+// against its schema.
 // Run: node tests/node/server_constrained.test.mjs build/release/dsv4   (from the repository root)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -11,15 +12,19 @@ import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
 import { binaryFromArgs, startServer } from "./server_harness.mjs";
 
 const binary = binaryFromArgs();
 let server;
 let client;
+let anthropic;
 
 before(async () => {
-  server = await startServer(binary);
+  // A fixed default seed: Anthropic's API has no seed, so its requests vary by prompt instead.
+  server = await startServer(binary, ["--seed", "5"]);
   client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "not-needed", maxRetries: 0, timeout: 120000 });
+  anthropic = new Anthropic({ baseURL: server.url, apiKey: "not-needed", maxRetries: 0, timeout: 120000 });
 });
 
 after(async () => {
@@ -182,6 +187,63 @@ test("a forced call streams as tool_calls deltas the SDK's accumulator reads", a
   assert.equal(final.choices[0].finish_reason, whole.choices[0].finish_reason);
   const calls = (m) => m.tool_calls?.map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
   assert.deepEqual(calls(final.choices[0].message), calls(whole.choices[0].message));
+});
+
+// The same tools in Anthropic's shape.
+const ANTHROPIC_TOOLS = TOOLS.map(({ function: f }) => ({ name: f.name, description: "", input_schema: f.parameters }));
+
+test("Anthropic tool_choice any and tool always return tool_use blocks whose input validates", async () => {
+  const lines = [];
+  let finished = 0;
+  let streamed = 0;
+  const choices = [{ type: "any" }, { type: "tool", name: "get_weather" }, { type: "any", disable_parallel_tool_use: true }];
+  for (const tool_choice of choices) {
+    for (let day = 1; day <= 4; ++day) {
+      const params = {
+        model: "claude-sonnet-4-5",
+        max_tokens: 240,
+        temperature: 1,
+        tools: ANTHROPIC_TOOLS,
+        tool_choice,
+        messages: [{ role: "user", content: `What is the weather in Oslo on day ${day}?` }],
+      };
+      const m = await anthropic.messages.create(params);
+      if (m.stop_reason === "max_tokens") continue;
+      ++finished;
+      assert.equal(m.stop_reason, "tool_use");
+      assert.ok(m.content.length >= 1 && m.content.every((b) => b.type === "tool_use"), JSON.stringify(m.content));
+      if (tool_choice.type === "tool" || tool_choice.disable_parallel_tool_use) assert.equal(m.content.length, 1);
+      for (const b of m.content) {
+        if (tool_choice.type === "tool") assert.equal(b.name, "get_weather");
+        assert.equal(typeof b.input, "object");
+        lines.push({ kind: "call", schema: paramsOf(b.name), arguments: JSON.stringify(b.input) });
+      }
+      // Streamed, the SDK's accumulator rebuilds the same blocks from input_json_delta events.
+      if (day <= 2) {
+        const final = await anthropic.messages.stream(params).finalMessage();
+        assert.equal(final.stop_reason, m.stop_reason);
+        assert.deepEqual(final.content.map((b) => [b.name, b.input]), m.content.map((b) => [b.name, b.input]));
+        ++streamed;
+      }
+    }
+  }
+  assert.ok(finished >= 6, `${finished} of 12 finished`);
+  assert.ok(streamed >= 2);
+  validate(lines, 6);
+
+  // "none" never answers with a tool call; a schema outside the subset is a 400 naming the keyword.
+  for (let day = 1; day <= 3; ++day) {
+    const m = await anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 24, temperature: 1,
+      tools: ANTHROPIC_TOOLS, tool_choice: { type: "none" }, messages: [{ role: "user", content: `Weather, day ${day}?` }] });
+    assert.notEqual(m.stop_reason, "tool_use");
+    assert.ok(m.content.every((b) => b.type !== "tool_use"));
+  }
+  await assert.rejects(
+    anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 24, tool_choice: { type: "any" },
+      tools: [{ name: "f", input_schema: { type: "object", properties: { n: { type: "integer", minimum: 3 } } } }],
+      messages: [{ role: "user", content: "hi" }] }),
+    (e) => e instanceof Anthropic.BadRequestError && e.error?.type === "error" &&
+      /tools\[0\]\.input_schema\.properties\.n\.minimum/.test(e.message));
 });
 
 test("max_tokens cutting a value short is finish_reason length (and the SDK's parse refuses it)", async () => {

@@ -311,6 +311,23 @@ ApiRequest parse_messages_request(const Json& body, const RequestDefaults& d, co
     bad_value("tool_choice", "thinking may not be enabled when tool_choice forces tool use (use \"auto\" or \"none\").");
   if (forced && prefill)
     bad_value("tool_choice", "a prefilled assistant message cannot be combined with forced tool use.");
+  if (forced) {
+    // The answer is a tool-call block whose inputs follow the tools' input_schema (constrained
+    // decoding); "tool" allows that tool alone, once.
+    OutputConstraint& out = r.output;
+    out.calls_required = true;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const Json& fn = tools[i]["function"];
+      const std::string name = fn["name"].get<std::string>();
+      if (r.tool_choice.mode == ToolChoice::Mode::kTool && name != r.tool_choice.name) continue;
+      out.tools.push_back({name, fn["parameters"], fmt::format("tools[{}].input_schema", i)});
+    }
+    out.max_calls = r.tool_choice.mode == ToolChoice::Mode::kAny && r.tool_choice.parallel ? kMaxParallelToolCalls : 1;
+    // A stop sequence could cut the input short: refused when given, dropped when a default.
+    if (const Json* stop = f.find("stop_sequences"); stop && !stop->empty())
+      unsupported("stop_sequences", "stop sequences cannot be combined with forced tool use (tool_choice \"any\" or \"tool\").");
+    r.stop.clear();
+  }
 
   chat::EncodeOptions eo;
   eo.thinking_mode = thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
@@ -321,8 +338,6 @@ ApiRequest parse_messages_request(const Json& body, const RequestDefaults& d, co
     throw_bad_request("messages", "invalid_value", fmt::format("The conversation cannot be encoded: {}", e.what()));
   }
   if (size_t at = r.prompt_text.rfind(chat::kUser); at != std::string::npos && at > 0) r.history_bytes = at;
-  r.answer_prefix = forced_answer_prefix(r.tool_choice);
-  r.prompt_text += r.answer_prefix;
   r.tools = !tools.empty() && !none;
   r.no_tool_calls = !tools.empty() && none;
   // A prefill closed the reasoning already (the encoder writes </think> before assistant text).

@@ -16,8 +16,11 @@
 //   1024 and < max_tokens} | {"type": "disabled"} | {"type": "adaptive"}), metadata.user_id;
 //   cache_control on any block is accepted (every prefix is cached anyway).
 // Tool choice: "none" keeps the tools in the prompt (so the prefix cache still matches the
-// conversation's other turns) and bans the tool-call token; "any" and "tool" start the answer
-// with the tool-call block (forced_answer_prefix), which like Anthropic's API needs thinking off.
+// conversation's other turns) and bans the tool-call token; "any" and "tool" constrain the answer
+// to a tool-call block (of any tool, or of that tool alone, once) whose inputs follow the tools'
+// input_schema (ApiRequest::output, as OpenAI's tool_choice "required" / a named function: see
+// docs/constrained-decoding.md), which like Anthropic's API needs thinking off; stop_sequences are
+// refused with them (they could cut an input short).
 #pragma once
 
 #include <string>

@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "dsv4/text/dsml.h"
 #include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
 
@@ -515,18 +514,6 @@ constrain::AnswerFormat answer_format(const OutputConstraint& c, bool thinking) 
   f.calls_required = c.calls_required;
   f.max_calls = c.max_calls;
   return f;
-}
-
-std::string forced_answer_prefix(const ToolChoice& choice) {
-  const std::string dsml(chat::kDsml);
-  switch (choice.mode) {
-    case ToolChoice::Mode::kAuto:
-    case ToolChoice::Mode::kNone: return "";
-    case ToolChoice::Mode::kAny: return text::dsml::tool_calls_start() + ">\n";
-    case ToolChoice::Mode::kTool:
-      return text::dsml::tool_calls_start() + ">\n<" + dsml + "invoke name=\"" + choice.name + "\">\n";
-  }
-  return "";
 }
 
 // ---- responses ------------------------------------------------------------------------------

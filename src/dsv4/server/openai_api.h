@@ -90,19 +90,14 @@ struct RequestDefaults {
 
 enum class ApiKind { kChat, kCompletion, kMessages };  // kMessages: Anthropic /v1/messages
 
-// Tool use the client allows or demands (OpenAI and Anthropic tool_choice).
+// Tool use the client allows or demands (OpenAI and Anthropic tool_choice). Forced use (kAny,
+// kTool) becomes an OutputConstraint with calls_required.
 struct ToolChoice {
   enum class Mode { kAuto, kNone, kAny, kTool };
   Mode mode = Mode::kAuto;
   std::string name;      // kTool: the tool that must be called
   bool parallel = true;  // false: one call at most (Anthropic disable_parallel_tool_use)
 };
-
-// The hook for forcing tool use: the text the answer must start with for kAny (the tool-call
-// block opened) and kTool (also that tool's invoke opened); "" otherwise. The model writes the
-// rest; constrained decoding (issue 20) can then hold the arguments to the tool's schema.
-std::string forced_answer_prefix(const ToolChoice& choice);
-
 
 // What a constrained answer must be (inactive: free text).
 struct OutputConstraint {
@@ -141,9 +136,6 @@ struct ApiRequest {
   bool tools = false;     // the answer may end with DSML tool calls, parsed as such
   bool no_tool_calls = false;  // tools are in the prompt but may not be called (DSML banned)
   ToolChoice tool_choice;
-  // Text the answer is made to start with: appended to the prompt and fed to the answer parser
-  // as if generated (see forced_answer_prefix).
-  std::string answer_prefix;
   int64_t thinking_budget = 0;  // > 0: the reasoning is closed after this many tokens
   int top_logprobs = -1;        // -1: no log-probabilities; n >= 0: chosen token + n alternatives
   SamplingParams sampling;

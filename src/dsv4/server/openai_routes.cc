@@ -132,9 +132,7 @@ class CompletionFormat final : public ResponseFormat {
 }  // namespace
 
 ChatOutputParser answer_parser(const ApiRequest& r, const std::string& id_prefix) {
-  ChatOutputParser parser(r.thinking, r.tools, id_prefix);
-  parser.feed(r.answer_prefix);  // the forced start of the answer: nothing of it is final yet
-  return parser;
+  return ChatOutputParser(r.thinking, r.tools, id_prefix);
 }
 
 std::vector<GenerationRoute> openai_routes(const RequestDefaults& defaults, const RequestLimits& limits,

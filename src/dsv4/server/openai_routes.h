@@ -16,8 +16,7 @@ namespace dsv4::server {
 std::vector<GenerationRoute> openai_routes(const RequestDefaults& defaults, const RequestLimits& limits,
                                            const text::Tokenizer& tokenizer);
 
-// The answer parser of a chat or messages request, already fed the forced start of the answer
-// (ApiRequest::answer_prefix); tool call ids are id_prefix + index.
+// The answer parser of a chat or messages request; tool call ids are id_prefix + index.
 ChatOutputParser answer_parser(const ApiRequest& r, const std::string& id_prefix);
 
 }  // namespace dsv4::server
