@@ -668,7 +668,7 @@ TEST(Server, MessagesForcedToolUseFollowsTheInputSchemaAndNoneForbidsCalls) {
        "days": {"type": "integer"}}, "required": ["city", "unit"], "additionalProperties": false}},
       {"name": "ping", "input_schema": {"type": "object", "properties": {}, "additionalProperties": false}}])");
   auto request = [&](const Json& choice, int seed, bool stream) {
-    Json body = {{"model", "claude-sonnet-4-5"}, {"max_tokens", 200}, {"temperature", 1}, {"tools", tools},
+    Json body = {{"model", "claude-sonnet-4-5"}, {"max_tokens", 400}, {"temperature", 1}, {"tools", tools},
                  {"tool_choice", choice}, {"stream", stream},
                  {"messages", Json::array({{{"role", "user"}, {"content", "Weather in Oslo, day " + std::to_string(seed) + "?"}}})}};
     return body;
@@ -707,7 +707,9 @@ TEST(Server, MessagesForcedToolUseFollowsTheInputSchemaAndNoneForbidsCalls) {
           ++calls;
           const Json& input = b["input"];
           ASSERT_TRUE(input.is_object()) << b.dump();
-          if (choice["type"] == "tool") EXPECT_EQ(b["name"], "get_weather");
+          if (choice["type"] == "tool") {
+            EXPECT_EQ(b["name"], "get_weather");
+          }
           if (b["name"] == "get_weather") {
             EXPECT_TRUE(input["city"].is_string() && input["city"].get<std::string>().size() <= 16) << b.dump();
             EXPECT_TRUE(input["unit"] == "c" || input["unit"] == "f") << b.dump();
@@ -719,11 +721,14 @@ TEST(Server, MessagesForcedToolUseFollowsTheInputSchemaAndNoneForbidsCalls) {
           }
         }
         EXPECT_GE(calls, 1u) << r.body;
-        if (choice["type"] == "tool" || choice.contains("disable_parallel_tool_use")) EXPECT_EQ(calls, 1u) << r.body;
+        if (choice["type"] == "tool" || choice.contains("disable_parallel_tool_use")) {
+          EXPECT_EQ(calls, 1u) << r.body;
+        }
       }
     }
   }
-  EXPECT_GE(finished, 9);
+  std::printf("%d of 18 forced answers finished within max_tokens\n", finished);
+  EXPECT_GE(finished, 9) << "too few answers finished within max_tokens to check";
 
   // "none": the tools stay in the prompt, but no answer is a tool call.
   for (int seed = 1; seed <= 3; ++seed) {
