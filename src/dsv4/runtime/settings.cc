@@ -113,7 +113,7 @@ std::vector<Setting> make_table() {
       choice("numerics", "--numerics", "DSV4_NUMERICS", "fast", {"reference", "fast"},
              "reference (float32 activations) or fast (quantized activations)"),
       integer("chunk", "--chunk", "DSV4_CHUNK", 0, 0, kMaxTokens,
-              "prefill chunk size in tokens (0 = automatic: 256, the whole sequence for score)"),
+              "prefill chunk size in tokens (0 = automatic: 512, the whole sequence for score)"),
       integer("ctx", "--ctx", "DSV4_CTX", 0, 0, int64_t{1} << 40,
               "context limit in tokens (0 = the command's default: the model's maximum, 16384 for chat)"),
       // Sampling (run, chat, serve).
