@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <barrier>
 #include <cstdlib>
 #include <new>
+#include <thread>
 
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/model/engine.h"
@@ -138,6 +140,76 @@ TEST_P(SteadyState, PrefillAndDecodeDoNotAllocate) {
   EXPECT_EQ(speculative, 0u) << "20 speculative steps allocated";
   // The counter itself works: a vector allocates.
   EXPECT_GT(allocations_during([] { std::vector<int> v(1000); }), 0u);
+}
+
+// Batched decode: one pass over four sessions' rows (forward_batch), a pass of decode rows
+// beside a prompt chunk, and four threads sharing passes through the batch queue (its undo
+// logs keep their capacity from the warm-up steps).
+TEST_P(SteadyState, BatchedDecodeDoesNotAllocate) {
+  const Case& c = GetParam();
+  LoadOptions o;
+  o.engine.numerics = c.numerics;
+  o.engine.threads = 2;
+  o.engine.batch_wait_us = 100000;
+  o.workload.context_tokens = 512;
+  o.workload.chunk_tokens = 64;
+  o.ram = "4G";
+  LoadedEngine loaded = load_engine(test::fixture(c.fixture), o);
+  Engine& engine = *loaded.engine;
+  const int64_t V = engine.config().vocab_size;
+  constexpr int kSessions = 4;
+  std::vector<SessionState> sessions;
+  std::vector<std::vector<float>> logits(kSessions, std::vector<float>(static_cast<size_t>(V)));
+  std::vector<int32_t> prompt(120);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % V);
+  for (int i = 0; i < kSessions; ++i) {
+    sessions.push_back(engine.new_session());
+    engine.forward(sessions.back(), std::span<const int32_t>(prompt).first(20 + i), logits[i].data(), LogitRows::kLast);
+  }
+  int32_t next[kSessions] = {1, 2, 3, 4};
+  std::vector<BatchItem> items(kSessions);
+  auto step = [&](int with_chunk_from) {
+    for (int i = 0; i < kSessions; ++i) {
+      next[i] = static_cast<int32_t>((next[i] * 31 + 7 + i) % V);
+      items[i] = BatchItem{&sessions[i], std::span<const int32_t>(&next[i], 1), logits[i].data(), LogitRows::kLast};
+    }
+    if (with_chunk_from >= 0)
+      items[0].tokens = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(with_chunk_from), 16);
+    engine.forward_batch(items);
+  };
+  step(-1);
+  step(20);  // warm-up
+  EXPECT_EQ(allocations_during([&] {
+              for (int i = 0; i < 20; ++i) step(i % 4 == 0 ? 40 + i : -1);
+            }),
+            0u)
+      << "20 batched passes allocated";
+
+  std::barrier sync(kSessions + 1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSessions; ++i)
+    threads.emplace_back([&, i] {
+      Engine::BatchMember member = engine.join_batch();
+      int32_t token = next[i];
+      auto decode = [&] {
+        token = static_cast<int32_t>((token * 31 + 7 + i) % V);
+        engine.forward(sessions[i], std::span<const int32_t>(&token, 1), logits[i].data(), LogitRows::kLast);
+      };
+      for (int k = 0; k < 5; ++k) decode();  // warm-up
+      sync.arrive_and_wait();
+      for (int k = 0; k < 20; ++k) decode();
+      sync.arrive_and_wait();
+    });
+  sync.arrive_and_wait();
+  const Engine::PassCounts before = engine.pass_counts();
+  g_allocations.store(0);
+  g_counting.store(true);
+  sync.arrive_and_wait();
+  g_counting.store(false);
+  const Engine::PassCounts after = engine.pass_counts();
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(g_allocations.load(), 0u) << "4 threads' 20 decode steps through the batch queue allocated";
+  EXPECT_GT(after.parts - before.parts, after.passes - before.passes) << "no pass was shared";
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, SteadyState,

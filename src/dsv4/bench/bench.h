@@ -45,7 +45,14 @@ struct BenchModelOptions {
   // --soak MINUTES: then generate for that long (cycles of prompt + gen_tokens) and report
   // the decode speed and read rate over time.
   double soak_minutes = 0;  // 0: no soak
+  // --sessions N[,N...]: concurrent streams sharing passes, against one stream in the same
+  // run (bench_sessions.cc); --admit-prompt P: a P-token prompt admitted during their decode;
+  // --rounds R: each count R times, interleaved (medians).
+  std::vector<int64_t> sessions;
+  int64_t admit_prompt = 0;
+  int64_t rounds = 3;
 };
 int bench_model(const BenchModelOptions& o);
+int bench_sessions(const BenchModelOptions& o);
 
 }  // namespace dsv4::cli

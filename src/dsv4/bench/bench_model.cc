@@ -326,6 +326,7 @@ nlohmann::ordered_json soak(Engine& engine, const BenchModelOptions& o, bool pri
 }  // namespace
 
 int bench_model(const BenchModelOptions& o) {
+  if (!o.sessions.empty()) return bench_sessions(o);
   if (o.prompt_tokens < 1) fail("--prompt-tokens must be at least 1");
   if (o.gen_tokens < 1) fail("--gen-tokens must be at least 1");
   auto checkpoint = std::make_unique<const Checkpoint>(Checkpoint::open(o.model.dir, o.model.mirrors));

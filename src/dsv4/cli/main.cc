@@ -268,6 +268,9 @@ void register_bench(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "draft_max", m.draft_max);
   b.add(cmd, "bench_early_hash_reads", m.early_hash_reads);
   b.add(cmd, "bench_soak", m.soak_minutes);
+  b.add(cmd, "bench_sessions", m.sessions);
+  b.add(cmd, "bench_admit_prompt", m.admit_prompt);
+  b.add(cmd, "bench_rounds", m.rounds);
   b.add(cmd, "bench_json", m.json);
   b.add(cmd, "bench_replay", m.replay);
   b.add(cmd, "bench_trace_out", m.trace_out);

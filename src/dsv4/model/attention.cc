@@ -34,11 +34,25 @@ void query_path(const Pass& p, const LayerWeights& L, const float* x) {
   }
 }
 
-// Window kv: ws.kv_rows [n_prev + T, hd] = the previous (window - 1) positions from the ring,
-// then the pass's own kv = RoPE(RMSNorm(wkv · x)); the ring keeps the last window positions.
-// Returns n_prev (kv_rows row 0 is position pos0 - n_prev).
-int64_t window_rows(const Pass& p, const LayerWeights& L, const float* x, LayerState& st) {
+// The pass's window kv rows, all parts at once: ws.kv_all [T, hd] = RoPE(RMSNorm(wkv · x)).
+void window_kv(const Pass& p, const LayerWeights& L, const float* x) {
   const AttentionWeights& a = L.attn;
+  const int hd = p.c.head_dim;
+  float* kv = p.ws.kv_all.data();
+  kernels::matmul(a.wkv, x, p.T, kv, p.numerics, &p.pool, 0, &p.ws.dense_in);
+  const Rope& rope = p.rope(L.spec);
+  const float eps = static_cast<float>(p.c.rms_norm_eps);
+  for (int64_t t = 0; t < p.T; ++t) {
+    float* kvt = kv + t * hd;
+    ops::rms_norm(kvt, a.kv_norm.data(), hd, eps, kvt);
+    rope.rotate(kvt, hd, p.cos(L.spec, t), p.sin(L.spec, t));
+  }
+}
+
+// One part's window: ws.kv_rows [n_prev + T, hd] = the previous (window - 1) positions from
+// the ring, then the part's own rows of ws.kv_all; the ring keeps the last window positions.
+// Returns n_prev (kv_rows row 0 is position pos0 - n_prev).
+int64_t window_rows(const Pass& p, LayerState& st) {
   const int64_t T = p.T, pos0 = p.pos0;
   const int hd = p.c.head_dim, W = p.c.sliding_window;
   const int64_t n_prev = std::min<int64_t>(pos0, W - 1);
@@ -47,14 +61,7 @@ int64_t window_rows(const Pass& p, const LayerWeights& L, const float* x, LayerS
   for (int64_t i = 0; i < n_prev; ++i)
     std::copy_n(st.window_kv.data() + ((kv_base + i) % W) * hd, hd, kv_rows + i * hd);
   float* kv_new = kv_rows + n_prev * hd;
-  kernels::matmul(a.wkv, x, T, kv_new, p.numerics, &p.pool, 0, &p.ws.dense_in);
-  const Rope& rope = p.rope(L.spec);
-  const float eps = static_cast<float>(p.c.rms_norm_eps);
-  for (int64_t t = 0; t < T; ++t) {
-    float* kvt = kv_new + t * hd;
-    ops::rms_norm(kvt, a.kv_norm.data(), hd, eps, kvt);
-    rope.rotate(kvt, hd, p.cos(L.spec, t), p.sin(L.spec, t));
-  }
+  std::copy_n(p.ws.kv_all.data() + p.row(0) * hd, T * hd, kv_new);
   for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) {
     float* ring_row = st.window_kv.data() + ((pos0 + t) % W) * hd;
     if (p.undo) p.undo->save(pos0 + t, ring_row, hd);
@@ -65,13 +72,13 @@ int64_t window_rows(const Pass& p, const LayerWeights& L, const float* x, LayerS
 
 // Compressed entries, emitted before attention so a just-completed window is visible; on CSA
 // layers the lightning indexer then picks each query's entries (ws.picks).
-void compressed_entries(const Pass& p, const LayerWeights& L, const float* x, LayerState& st) {
+void compressed_entries(const Pass& p, const LayerWeights& L, const float* x, LayerState* const* states) {
   const AttentionWeights& a = L.attn;
   if (!a.compressor) return;
-  compress_tokens(p, *a.compressor, x, st.compressor);
+  compress_tokens(p, *a.compressor, x, states, &LayerState::compressor);
   if (!a.indexer) return;
-  compress_tokens(p, a.indexer->compressor, x, st.indexer);
-  index_select(p, L.spec, *a.indexer, x, p.ws.qr.data(), st.indexer);
+  compress_tokens(p, a.indexer->compressor, x, states, &LayerState::indexer);
+  index_select(p, L.spec, *a.indexer, x, p.ws.qr.data(), states);
 }
 
 // softmax([s_0..s_{n-1}, sink]) with the sink column dropped, then o = sum_j p_j · kv_j, over
@@ -89,8 +96,8 @@ void attend(const float* q, int n, const Row& row, int hd, float sink, float sca
   for (int j = 0; j < n; ++j) kernels::axpy(s[j] / denom, row(j), o, hd);
 }
 
-// Core attention: ws.o [T, H, hd], one task per (token, head), so every output is computed by
-// one task; each chunk of tasks has its own slice of score scratch.
+// Core attention of one part: its rows of ws.o [T, H, hd], one task per (token, head), so
+// every output is computed by one task; each chunk of tasks has its own slice of score scratch.
 void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, int64_t n_prev) {
   const AttentionWeights& a = L.attn;
   ForwardWorkspace& ws = p.ws;
@@ -111,8 +118,8 @@ void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, in
       const int32_t* picks = nullptr;
       int n_entries = 0;
       if (comp && a.indexer) {
-        picks = ws.picks.data() + t * p.c.index_topk;
-        n_entries = ws.pick_count[t];
+        picks = ws.picks.data() + p.row(t) * p.c.index_topk;
+        n_entries = ws.pick_count[p.row(t)];
       } else if (comp) {
         n_entries = static_cast<int>(std::min<int64_t>(comp->n_entries, (pos + 1) / ratio));
       }
@@ -121,8 +128,8 @@ void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, in
         const int64_t e = picks ? picks[j - n_window] : j - n_window;
         return comp->entries.data() + e * hd;
       };
-      float* oh = ws.o.data() + (t * H + h) * hd;
-      attend(ws.q.data() + (t * H + h) * hd, n_window + n_entries, row, hd, a.sink[h], scale, oh, scores);
+      float* oh = ws.o.data() + (p.row(t) * H + h) * hd;
+      attend(ws.q.data() + (p.row(t) * H + h) * hd, n_window + n_entries, row, hd, a.sink[h], scale, oh, scores);
       rope.rotate(oh, hd, p.cos(L.spec, t), p.sin(L.spec, t), /*inverse=*/true);
     }
   });
@@ -144,11 +151,15 @@ void grouped_output(const Pass& p, const AttentionWeights& a, float* out) {
 
 }  // namespace
 
-void attention(const Pass& p, const LayerWeights& L, const float* x, LayerState& state, float* out) {
+void attention(const Pass& p, const LayerWeights& L, const float* x, LayerState* const* states, float* out) {
   query_path(p, L, x);
-  const int64_t n_prev = window_rows(p, L, x, state);
-  compressed_entries(p, L, x, state);
-  attend_heads(p, L, state, n_prev);
+  window_kv(p, L, x);
+  compressed_entries(p, L, x, states);
+  for (size_t i = 0; i < p.n_parts(); ++i) {
+    const Pass part = p.part(i);
+    const int64_t n_prev = window_rows(part, *states[i]);
+    attend_heads(part, L, *states[i], n_prev);
+  }
   grouped_output(p, L.attn, out);
 }
 

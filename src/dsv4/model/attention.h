@@ -13,7 +13,9 @@
 
 namespace dsv4 {
 
-// x: [T, D] normalized sub-block input at positions p.pos0..; out: [T, D].
-void attention(const Pass& p, const LayerWeights& L, const float* x, LayerState& state, float* out);
+// x: [T, D] normalized sub-block input of the pass's rows; out: [T, D]. states[i]: this
+// layer's state of the pass's part i (p.n_parts() of them). The projections run once over
+// all rows; the window, the compressors' state and the attention itself run per part.
+void attention(const Pass& p, const LayerWeights& L, const float* x, LayerState* const* states, float* out);
 
 }  // namespace dsv4

@@ -70,31 +70,37 @@ void emit_entry(const Pass& p, int64_t position, const CompressorWeights& w, Com
 
 }  // namespace
 
-void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, CompressorState& st) {
+void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, LayerState* const* states,
+                     CompressorState LayerState::*which) {
   const int m = w.ratio, width = (w.overlap ? 2 : 1) * w.dim;  // features per token
-  const int64_t T = p.T;
-  // Projections of the whole pass at once (float32, as the reference): [T, width] each.
+  // Projections of the whole pass at once, every part's rows (float32, as the reference):
+  // [T, width] each.
   float* kv = p.ws.comp_kv.data();
   float* gate = p.ws.comp_gate.data();
-  kernels::matmul(w.wkv, x, T, kv, kernels::Numerics::kReference, &p.pool);
-  kernels::matmul(w.wgate, x, T, gate, kernels::Numerics::kReference, &p.pool);
-  for (int64_t t = 0; t < T; ++t) {
-    const int slot = static_cast<int>((p.pos0 + t) % m);
-    float* pk = st.pending_kv.data() + slot * width;
-    float* pg = st.pending_gate.data() + slot * width;
-    if (p.undo) {
-      p.undo->save(p.pos0 + t, pk, width);
-      p.undo->save(p.pos0 + t, pg, width);
+  kernels::matmul(w.wkv, x, p.T, kv, kernels::Numerics::kReference, &p.pool);
+  kernels::matmul(w.wgate, x, p.T, gate, kernels::Numerics::kReference, &p.pool);
+  for (size_t i = 0; i < p.n_parts(); ++i) {
+    const Pass part = p.part(i);
+    CompressorState& st = states[i]->*which;
+    for (int64_t t = 0; t < part.T; ++t) {
+      const int64_t position = part.pos0 + t, r = part.row(t);
+      const int slot = static_cast<int>(position % m);
+      float* pk = st.pending_kv.data() + slot * width;
+      float* pg = st.pending_gate.data() + slot * width;
+      if (part.undo) {
+        part.undo->save(position, pk, width);
+        part.undo->save(position, pg, width);
+      }
+      std::copy_n(kv + r * width, width, pk);
+      const float* ape = w.ape.data() + slot * width;
+      for (int f = 0; f < width; ++f) pg[f] = gate[r * width + f] + ape[f];
+      if (slot == m - 1) emit_entry(part, position, w, st);
     }
-    std::copy_n(kv + t * width, width, pk);
-    const float* ape = w.ape.data() + slot * width;
-    for (int i = 0; i < width; ++i) pg[i] = gate[t * width + i] + ape[i];
-    if (slot == m - 1) emit_entry(p, p.pos0 + t, w, st);
   }
 }
 
 void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w, const float* x, const float* qr,
-                  const CompressorState& keys) {
+                  LayerState* const* states) {
   ForwardWorkspace& ws = p.ws;
   const int IH = p.c.index_n_heads, Id = p.c.index_head_dim, m = w.compressor.ratio, topk = p.c.index_topk;
   const int64_t T = p.T;
@@ -111,7 +117,9 @@ void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w,
     float* scores = ws.index_scores.data() + (t0 / grain) * ws.index_entries;
     int32_t* order = ws.index_order.data() + (t0 / grain) * ws.index_entries;
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t pos = p.pos0 + t;
+      const size_t part = p.part_of_row(t);
+      const int64_t pos = p.position_of_row(part, t);
+      const CompressorState& keys = states[part]->indexer;
       float* qt = q + t * IH * Id;
       for (int h = 0; h < IH; ++h) rope.rotate(qt + h * Id, Id, p.cos(spec, t), p.sin(spec, t));
       const int64_t visible = std::min<int64_t>(keys.n_entries, (pos + 1) / m);

@@ -21,13 +21,15 @@
 namespace dsv4 {
 
 // Feeds the pass's T tokens (normalized sub-block input x [T, D]) through a compressor,
-// appending every entry whose window completes to state.entries.
-void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, CompressorState& state);
+// appending every entry whose window completes to the state of the token's part:
+// states[i]->*which (the main compressor or the indexer's) for part i.
+void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, LayerState* const* states,
+                     CompressorState LayerState::*which);
 
 // For each of the T queries of layer `spec`, the compressed entries it attends to, chosen by
-// the lightning indexer among the visible ones: ws.picks [T, index_topk] (ascending) and
-// ws.pick_count [T].
+// the lightning indexer among the visible ones of its part's keys (states[i]->indexer):
+// ws.picks [T, index_topk] (ascending) and ws.pick_count [T].
 void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w, const float* x, const float* qr,
-                  const CompressorState& keys);
+                  LayerState* const* states);
 
 }  // namespace dsv4

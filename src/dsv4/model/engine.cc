@@ -36,17 +36,47 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
       pool_(pool_size(options)),
       workspace_(config(), std::max<int64_t>(1, options.max_rows),
                  std::min<int64_t>(std::max<int64_t>(1, options.context), config().max_position_embeddings),
-                 pool_size(options), options.mtp && checkpoint_->has_mtp()) {}
+                 pool_size(options), options.mtp && checkpoint_->has_mtp()) {
+  const size_t most_parts = static_cast<size_t>(workspace_.max_rows);  // a part has a row at least
+  parts_.reserve(most_parts);
+  layer_states_.reserve(most_parts);
+  head_rows_out_.reserve(most_parts);
+  batch_queue_.reserve(256);
+  batch_taken_.reserve(most_parts);
+  batch_items_.reserve(most_parts);
+  batch_start_.reserve(most_parts);
+  batch_undo_.resize(most_parts);
+  batch_undo_ready_.assign(most_parts, 0);
+  // What one decode row writes into a session, at most (each compressor may complete a
+  // window): the undo log of a batched pass's decode row never needs more.
+  for (int l = 0; l < config().num_layers; ++l) {
+    const AttentionWeights& a = weights_.layers[static_cast<size_t>(l)].attn;
+    undo_row_records_ += 1;
+    undo_row_floats_ += static_cast<size_t>(config().head_dim);
+    for (const CompressorWeights* w : {a.compressor ? &*a.compressor : nullptr,
+                                       a.indexer ? &a.indexer->compressor : nullptr}) {
+      if (!w) continue;
+      const size_t width = static_cast<size_t>((w->overlap ? 2 : 1) * w->dim);
+      undo_row_records_ += 2 + 1 + (w->overlap ? 2 : 0);
+      undo_row_floats_ += 2 * width + (w->overlap ? 2 * static_cast<size_t>(w->ratio * w->dim) : 0);
+    }
+  }
+}
 
 SessionState Engine::new_session() const { return SessionState::create(config(), workspace_.context, has_mtp()); }
 
-void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows,
-                     int64_t chunk, UndoLog* undo) {
-  std::lock_guard<std::mutex> lock(forward_mutex_);
-  const ModelConfig& c = config();
+namespace {
+void check_tokens(const ModelConfig& c, std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
       fail("token id {} at index {} is outside the vocabulary [0, {})", tokens[i], i, c.vocab_size);
+}
+}  // namespace
+
+void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows,
+                     int64_t chunk, UndoLog* undo) {
+  const ModelConfig& c = config();
+  check_tokens(c, tokens);
   if (s.position + static_cast<int64_t>(tokens.size()) > context_limit())
     fail("sequence of {} tokens exceeds the context limit of {} tokens", s.position + tokens.size(), context_limit());
   if (s.layers.size() != c.layers.size()) fail("internal: a session not made by this engine's new_session()");
@@ -58,8 +88,36 @@ void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* lo
     float* out = nullptr;
     if (logits && rows == LogitRows::kAll) out = logits + begin * c.vocab_size;
     if (logits && rows == LogitRows::kLast && last) out = logits;
-    forward_pass(s, tokens.subspan(begin, len), out, rows, undo);
+    forward_chunk(BatchItem{&s, tokens.subspan(begin, len), out, rows, undo});
   }
+}
+
+void Engine::forward_batch(std::span<const BatchItem> items) {
+  const ModelConfig& c = config();
+  int64_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BatchItem& item = items[i];
+    if (!item.session || item.tokens.empty()) fail("internal: a batch item needs a session and at least one token");
+    if (item.session->layers.size() != c.layers.size())
+      fail("internal: a session not made by this engine's new_session()");
+    check_tokens(c, item.tokens);
+    if (item.session->position + static_cast<int64_t>(item.tokens.size()) > context_limit())
+      fail("sequence of {} tokens exceeds the context limit of {} tokens",
+           item.session->position + item.tokens.size(), context_limit());
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].session == item.session) fail("internal: a session appears twice in one batched pass");
+    total += static_cast<int64_t>(item.tokens.size());
+  }
+  if (total > workspace_.max_rows)
+    fail("internal: a batched pass of {} rows exceeds the workspace's {} rows", total, workspace_.max_rows);
+  if (items.empty()) return;
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  run_pass(items);
+}
+
+Engine::PassCounts Engine::pass_counts() const {
+  std::lock_guard<std::mutex> lock(counts_mutex_);
+  return counts_;
 }
 
 void Engine::anticipate(std::span<const int32_t> tokens) {
@@ -76,17 +134,45 @@ void Engine::anticipate(std::span<const int32_t> tokens) {
 }
 
 // One pass through the whole model: embed -> layers (mHC around attention and MoE) ->
-// hc_head -> norm -> head.
-void Engine::forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows,
-                          UndoLog* undo) {
+// hc_head -> norm -> head, over the rows of every item (one part per session).
+void Engine::run_pass(std::span<const BatchItem> items) {
   const ModelConfig& c = config();
-  const Pass p{c, options_.numerics, pool_, workspace_, ropes_, static_cast<int64_t>(tokens.size()), s.position, undo};
+  ForwardWorkspace& ws = workspace_;
+  parts_.clear();
+  int64_t T = 0;
+  for (const BatchItem& item : items) {
+    const int64_t n = static_cast<int64_t>(item.tokens.size());
+    parts_.push_back(PassPart{item.session, T, n, item.session->position, item.undo});
+    std::copy(item.tokens.begin(), item.tokens.end(), ws.pass_tokens.begin() + T);
+    T += n;
+  }
+  const std::span<const int32_t> tokens(ws.pass_tokens.data(), static_cast<size_t>(T));
+  const PassPart& first = parts_.front();
+  Pass p{c, options_.numerics, pool_, ws, ropes_, T, first.pos0, first.undo};
+  if (parts_.size() > 1) p.parts = parts_;
   embed(p, tokens);
-  for (int l = 0; l < c.num_layers; ++l) layer(p, weights_.layers[l], tokens, s.layers[l], *experts_);
-  if (has_mtp()) keep_streams(p, s);
-  s.position += p.T;
-  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
-  if (logits) head(p, rows, logits);
+  for (int l = 0; l < c.num_layers; ++l) {
+    layer_states_.clear();
+    for (const PassPart& part : parts_) layer_states_.push_back(&part.session->layers[static_cast<size_t>(l)]);
+    layer(p, weights_.layers[l], tokens, layer_states_.data(), *experts_);
+  }
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    SessionState& s = *parts_[i].session;
+    if (has_mtp()) keep_streams(p.part(i), s);
+    s.position += parts_[i].T;
+    s.tokens.insert(s.tokens.end(), items[i].tokens.begin(), items[i].tokens.end());
+  }
+  {
+    std::lock_guard<std::mutex> lock(counts_mutex_);
+    ++counts_.passes;
+    counts_.rows += static_cast<uint64_t>(T);
+    counts_.parts += parts_.size();
+  }
+  if (items.size() == 1) {
+    if (items[0].logits) head(p, items[0].rows, items[0].logits);
+  } else {
+    head_parts(p, items);
+  }
 }
 
 // The embedding of each token, replicated into the hc streams: ws.X [T, hc, D]; and the
@@ -105,13 +191,15 @@ void Engine::embed(const Pass& p, std::span<const int32_t> tokens) {
 // The rope angles of the pass's positions for both rope variants.
 void Engine::rope_angles(const Pass& p) {
   const int half = p.c.rope_dim / 2;
-  for (int64_t t = 0; t < p.T; ++t)
+  for (int64_t t = 0; t < p.T; ++t) {
+    const int64_t position = p.position_of_row(p.part_of_row(t), t);
     for (int v = 0; v < 2; ++v)
-      ropes_[v].angles(p.pos0 + t, workspace_.rope_cos[v].data() + t * half, workspace_.rope_sin[v].data() + t * half);
+      ropes_[v].angles(position, workspace_.rope_cos[v].data() + t * half, workspace_.rope_sin[v].data() + t * half);
+  }
 }
 
 // One layer (spec §3): the streams X go through mHC around attention, then around the MoE.
-void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state,
+void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState* const* states,
                    ExpertProvider& experts) {
   ForwardWorkspace& ws = workspace_;
   const int l = L.spec.index;
@@ -123,7 +211,7 @@ void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t
   if (!L.spec.is_mtp) guess_experts(p, l, tokens);
   hc_pre(p, L.hc_attn, X, mix, x);
   ops::rms_norm_rows(x, L.attn_norm.data(), p.T, D, eps, x);
-  attention(p, L, x, state, y);
+  attention(p, L, x, states, y);
   if (const int64_t i = find_nonfinite_f32(y, p.T * D); i >= 0)
     fail("layer {}: attention produced a non-finite value (token {} of the pass)", l, i / D);
   hc_post(p, mix, y, X);
@@ -158,6 +246,35 @@ void Engine::head(const Pass& p, LogitRows rows, float* logits) {
   if (const int64_t i = find_nonfinite_f32(logits, n * p.c.vocab_size); i >= 0)
     fail("the output head produced a non-finite logit (token {} of the pass, vocabulary id {})",
          first + i / p.c.vocab_size, i % p.c.vocab_size);
+}
+
+void Engine::head_parts(const Pass& p, std::span<const BatchItem> items) {
+  const int64_t row = int64_t(p.c.hc_mult) * p.c.hidden_size, V = p.c.vocab_size;
+  float* X = workspace_.X.data();
+  // The rows asked for, moved to the front of X in order (a row only ever moves down).
+  head_rows_out_.clear();
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].logits) continue;
+    const PassPart& part = parts_[i];
+    const int64_t first = items[i].rows == LogitRows::kAll ? 0 : part.T - 1;
+    for (int64_t t = first; t < part.T; ++t) {
+      const int64_t from = part.row0 + t, to = static_cast<int64_t>(head_rows_out_.size());
+      if (from != to) std::copy_n(X + from * row, row, X + to * row);
+      head_rows_out_.push_back(items[i].logits + (t - first) * V);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(head_rows_out_.size());
+  const int64_t group = static_cast<int64_t>(workspace_.batch_logits.size()) / V;
+  float* logits = workspace_.batch_logits.data();
+  for (int64_t g = 0; g < n; g += group) {
+    const int64_t m = std::min(group, n - g);
+    head_rows(p, weights_.hc_head_fn, weights_.hc_head_base, weights_.hc_head_scale, weights_.norm, X + g * row, m,
+              logits);
+    if (const int64_t i = find_nonfinite_f32(logits, m * V); i >= 0)
+      fail("the output head produced a non-finite logit (logits row {} of the pass, vocabulary id {})", g + i / V,
+           i % V);
+    for (int64_t j = 0; j < m; ++j) std::copy_n(logits + j * V, V, head_rows_out_[static_cast<size_t>(g + j)]);
+  }
 }
 
 void Engine::head_rows(const Pass& p, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,

@@ -5,10 +5,14 @@
 // model loader's job (runtime/model_loader.h).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "dsv4/experts/expert_provider.h"
 #include "dsv4/io/checkpoint.h"
@@ -45,6 +49,9 @@ struct EngineOptions {
   // soon as it has sampled the next token). Off: they are guessed like the other layers, in
   // idle read slots, at the layer's start.
   bool early_hash_reads = true;
+  // Continuous batching (join_batch): how long the thread leading a shared pass waits for the
+  // other members' rows before it starts the pass without them.
+  int batch_wait_us = 5000;
   // The test fault layer for the dense weights' and embedding rows' reads (null: none; the
   // loader passes the store's).
   std::shared_ptr<IoFaults> faults;
@@ -52,6 +59,15 @@ struct EngineOptions {
 
 // Which logits a forward call returns.
 enum class LogitRows : uint8_t { kLast, kAll };
+
+// One session's rows of a batched pass (Engine::forward_batch).
+struct BatchItem {
+  SessionState* session = nullptr;
+  std::span<const int32_t> tokens;
+  float* logits = nullptr;  // null, or [tokens, V] (kAll) / [V] (kLast)
+  LogitRows rows = LogitRows::kLast;
+  UndoLog* undo = nullptr;  // as forward()'s
+};
 
 class Engine {
  public:
@@ -81,6 +97,44 @@ class Engine {
   void forward(SessionState& session, std::span<const int32_t> tokens, float* logits, LogitRows rows,
                int64_t chunk = 0, UndoLog* undo = nullptr);
 
+  // One pass over several sessions' rows (each session once; at most max_rows() tokens in
+  // all): the dense matmuls and the MoE run once over every row (each routed expert the rows
+  // need is read once), the attention per session. Each session ends exactly as forward()
+  // would have left it alone, with the same logits, bit for bit: every kernel computes a
+  // row from that row alone. Throws Error as forward() does; on a failure inside the pass
+  // the sessions may be half updated (the batching below rewinds and retries them).
+  void forward_batch(std::span<const BatchItem> items);
+
+  // Continuous batching. While at least one member exists, forward() calls from different
+  // threads share passes: each chunk waits in a queue, and one waiting thread at a time runs
+  // a pass over the queued rows (in arrival order, at most max_rows() rows, at most one
+  // prefill chunk — a request of several rows without an undo log — per pass), after
+  // waiting up to batch_wait_us for every member to queue its rows. A member is a thread
+  // that will keep calling forward() (a server slot, a benchmark stream): the pass waits
+  // for members only, never for idle threads. Results are those of each session alone. A
+  // pass that fails is taken back in every session and each request is rerun alone, so a
+  // fault costs only the request it belongs to (a request with its own undo log begun
+  // before the pass gets the error instead of a rerun).
+  class BatchMember {
+   public:
+    BatchMember() = default;
+    explicit BatchMember(Engine* engine);
+    BatchMember(BatchMember&& o) noexcept : engine_(std::exchange(o.engine_, nullptr)) {}
+    BatchMember& operator=(BatchMember&& o) noexcept;
+    ~BatchMember() { leave(); }
+    void leave();
+
+   private:
+    Engine* engine_ = nullptr;
+  };
+  BatchMember join_batch() { return BatchMember(this); }
+  // Passes run so far and the rows they carried (batched or not): rows / passes is the
+  // mean batch.
+  struct PassCounts {
+    uint64_t passes = 0, rows = 0, parts = 0;
+  };
+  PassCounts pass_counts() const;
+
   // The MTP drafter (mtp.cc). Whether it is loaded (EngineOptions::mtp and a checkpoint with
   // an MTP layer).
   bool has_mtp() const { return mtp_experts_ != nullptr; }
@@ -105,13 +159,24 @@ class Engine {
  private:
   Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions& options,
          std::unique_ptr<ExpertProvider> experts);
-  // One pass of T <= max_rows tokens: embed -> layers -> (logits) hc_head -> norm -> head.
-  void forward_pass(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows, UndoLog* undo);
+  // One chunk of forward(): straight to run_pass, or through the batch queue.
+  void forward_chunk(const BatchItem& item);
+  // The batch queue (engine_batch.cc): queue `item`, lead passes until it is done.
+  void forward_batched(const BatchItem& item);
+  struct BatchRequest;
+  void lead_batch(std::unique_lock<std::mutex>& lock);
+  void run_requests(std::span<BatchRequest* const> requests);
+  // One pass of T <= max_rows tokens of one or more sessions: embed -> layers -> (logits)
+  // hc_head -> norm -> head. Callers hold forward_mutex_.
+  void run_pass(std::span<const BatchItem> items);
   void embed(const Pass& p, std::span<const int32_t> tokens);
   void rope_angles(const Pass& p);
-  void layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState& state,
+  void layer(const Pass& p, const LayerWeights& L, std::span<const int32_t> tokens, LayerState* const* states,
              ExpertProvider& experts);
   void head(const Pass& p, LogitRows rows, float* logits);
+  // The output head of a pass of several sessions: the rows each item asks for, in groups of
+  // ws.kHeadRows through ws.batch_logits.
+  void head_parts(const Pass& p, std::span<const BatchItem> items);
   // The output head over streams X's rows: hc_head (fn, base, scale) -> norm -> head.
   void head_rows(const Pass& p, const Matrix& fn, const std::vector<float>& base, const std::vector<float>& scale,
                  const std::vector<float>& norm, const float* X, int64_t n, float* logits);
@@ -138,6 +203,26 @@ class Engine {
   ThreadPool pool_;
   ForwardWorkspace workspace_;
   std::mutex forward_mutex_;
+  // The pass's parts and per-part scratch (reserved for max_rows parts: never allocates).
+  std::vector<PassPart> parts_;
+  std::vector<LayerState*> layer_states_;
+  std::vector<float*> head_rows_out_;
+  PassCounts counts_;  // under forward_mutex_ (read under it too)
+  mutable std::mutex counts_mutex_;
+
+  // Continuous batching (engine_batch.cc), under batch_mutex_.
+  std::mutex batch_mutex_;
+  std::condition_variable batch_cv_;
+  std::vector<BatchRequest*> batch_queue_;
+  int batch_members_ = 0;
+  bool batch_leading_ = false;
+  // The leader's (one at a time): the requests of the pass, their items, undo logs, positions.
+  std::vector<BatchRequest*> batch_taken_;
+  std::vector<BatchItem> batch_items_;
+  std::vector<UndoLog> batch_undo_;  // [max_rows] each reserved for a decode row when first used
+  std::vector<char> batch_undo_ready_;
+  size_t undo_row_records_ = 0, undo_row_floats_ = 0;
+  std::vector<int64_t> batch_start_;
 };
 
 }  // namespace dsv4

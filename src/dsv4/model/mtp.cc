@@ -37,7 +37,7 @@ void Engine::keep_streams(const Pass& p, SessionState& s) {
   const int64_t W = p.c.sliding_window, row = int64_t(p.c.hc_mult) * p.c.hidden_size;
   for (int64_t t = std::max<int64_t>(0, p.T - W); t < p.T; ++t) {
     const int64_t pos = p.pos0 + t, r = pos % W;
-    std::copy_n(workspace_.X.data() + t * row, row, s.mtp.streams.data() + r * row);
+    std::copy_n(workspace_.X.data() + p.row(t) * row, row, s.mtp.streams.data() + r * row);
     s.mtp.stream_position[static_cast<size_t>(r)] = pos;
   }
 }
@@ -83,8 +83,8 @@ void Engine::mtp_pass(SessionState& s, int64_t from, int64_t end, int32_t after_
       for (int64_t i = 0; i < D; ++i) Xj[i] += x[t * D + i];
     }
 
-  layer(p, L, std::span<const int32_t>(next, static_cast<size_t>(T)), s.layers[static_cast<size_t>(c.num_layers)],
-        *mtp_experts_);
+  LayerState* state = &s.layers[static_cast<size_t>(c.num_layers)];
+  layer(p, L, std::span<const int32_t>(next, static_cast<size_t>(T)), &state, *mtp_experts_);
   std::copy_n(X + (T - 1) * hc * D, hc * D, ws.mtp_chain.data());  // the last row's streams, for chaining
   if (!logits) return;
   const int64_t first = rows == LogitRows::kAll ? 0 : T - 1;

@@ -36,6 +36,11 @@ class UndoLog {
   void rewind(SessionState& s, int64_t keep_position);
 
   int64_t start_position() const { return start_position_; }
+  // Room for this many records and saved floats, so that logs up to that size allocate nothing.
+  void reserve(size_t records, size_t floats) {
+    records_.reserve(records);
+    saved_.reserve(floats);
+  }
 
  private:
   struct Record {

@@ -118,6 +118,9 @@ void ForwardWorkspace::for_each_buffer(ForwardWorkspace* ws, const ModelConfig& 
   v(&W::ranked, T * 2 * s.K);
   v(&W::guess, s.E);
   v(&W::guessed, s.E);
+  v(&W::pass_tokens, T);
+  v(&W::kv_all, T * s.hd);
+  v(&W::batch_logits, std::min<int64_t>(T, kHeadRows) * c.vocab_size);
   if (!mtp) return;
   v(&W::mtp_next, T);
   v(&W::mtp_chain, s.hc * s.D);
@@ -152,11 +155,31 @@ uint64_t ForwardWorkspace::bytes(const ModelConfig& c, int64_t rows, int64_t ctx
          kernels::quantized_input_bytes(rows, dense_cols(shape_of(c, rows, ctx, threads)));
 }
 
+Pass Pass::part(size_t i) const {
+  if (parts.empty()) return *this;
+  const PassPart& r = parts[i];
+  Pass q = *this;
+  q.T = r.T;
+  q.pos0 = r.pos0;
+  q.undo = r.undo;
+  q.parts = {};
+  q.row0 = r.row0;
+  return q;
+}
+
+size_t Pass::part_of_row(int64_t r) const {
+  if (parts.empty()) return 0;
+  // Parts are in row order: the last one starting at or before r.
+  const auto after = std::upper_bound(parts.begin(), parts.end(), r,
+                                      [](int64_t row, const PassPart& part) { return row < part.row0; });
+  return static_cast<size_t>(after - parts.begin()) - 1;
+}
+
 const float* Pass::cos(const LayerSpec& l, int64_t t) const {
-  return ws.rope_cos[rope_variant(l)].data() + t * (c.rope_dim / 2);
+  return ws.rope_cos[rope_variant(l)].data() + row(t) * (c.rope_dim / 2);
 }
 const float* Pass::sin(const LayerSpec& l, int64_t t) const {
-  return ws.rope_sin[rope_variant(l)].data() + t * (c.rope_dim / 2);
+  return ws.rope_sin[rope_variant(l)].data() + row(t) * (c.rope_dim / 2);
 }
 
 }  // namespace dsv4

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "dsv4/io/config.h"
@@ -19,6 +20,7 @@ namespace dsv4 {
 
 class ThreadPool;
 class UndoLog;
+struct SessionState;
 
 // Per-token mixing coefficients of one mHC sub-block.
 struct HcMix {
@@ -105,6 +107,11 @@ struct ForwardWorkspace {
   std::vector<float> mtp_chain;           // [hc, D] the last MTP row's output streams
   std::vector<float> mtp_logits;          // [V]
   std::vector<float> mtp_saved;           // [kMtpMaxChain, hd + hc*D] what chained drafts overwrite
+  // Batched passes (several sessions' rows in one pass, Engine::forward_batch).
+  std::vector<int32_t> pass_tokens;       // [T] every part's tokens, in row order
+  std::vector<float> kv_all;              // [T, hd] the pass's window kv rows, before each part's ring
+  std::vector<float> batch_logits;        // [kHeadRows, V] head rows of a batch, before they go to each part
+  static constexpr int64_t kHeadRows = 16;
 
  private:
   template <typename Visit>
@@ -112,8 +119,20 @@ struct ForwardWorkspace {
                               int threads, bool mtp, Visit&& visit);
 };
 
+// A run of consecutive rows of a pass that belong to one session: rows [row0, row0 + T) of
+// the pass's buffers are positions [pos0, pos0 + T) of `session`.
+struct PassPart {
+  SessionState* session = nullptr;
+  int64_t row0 = 0, T = 0, pos0 = 0;
+  UndoLog* undo = nullptr;  // when set, every write into this session is saved first
+};
+
 // What every block of one forward pass shares: the model, the numerics, the pool, the
-// workspace and where the pass's rows sit in the sequence.
+// workspace and where the pass's rows sit in the sequence. A pass carries rows of one
+// session (parts empty: rows [0, T) at positions pos0..) or of several (one PassPart each);
+// the blocks that read or write a session's state run once per part, on part(i), whose
+// rows index the pass's buffers from row0 (row(t)); everything else runs once over all T
+// rows, so each weight is read once per pass whatever the number of sessions.
 struct Pass {
   const ModelConfig& c;
   kernels::Numerics numerics;
@@ -123,6 +142,20 @@ struct Pass {
   int64_t T = 0;      // rows in this pass
   int64_t pos0 = 0;   // position of row 0
   UndoLog* undo = nullptr;  // when set, every write into the session is saved first
+  std::span<const PassPart> parts = {};  // several sessions' rows (empty: one session)
+  int64_t row0 = 0;   // a part's first row in the pass's buffers (see row())
+
+  // The pass's parts: 1 for a one-session pass.
+  size_t n_parts() const { return parts.empty() ? 1 : parts.size(); }
+  // The pass restricted to part i's rows (this pass itself when it has one session).
+  Pass part(size_t i) const;
+  // Row t of this (part of the) pass in the pass's buffers.
+  int64_t row(int64_t t) const { return row0 + t; }
+  // The part that row r of the pass belongs to, and that row's position in its session.
+  size_t part_of_row(int64_t r) const;
+  int64_t position_of_row(size_t part, int64_t r) const {
+    return parts.empty() ? pos0 + r : parts[part].pos0 + (r - parts[part].row0);
+  }
 
   int rope_variant(const LayerSpec& l) const { return l.compress_ratio == 0 ? 0 : 1; }
   const Rope& rope(const LayerSpec& l) const { return ropes[rope_variant(l)]; }

@@ -228,6 +228,13 @@ std::vector<Setting> make_table() {
       number("bench_soak", "--soak", "", 0.0, 0, 7 * 24 * 60,
              "bench: then generate for this many minutes (cycles of a new prompt + --gen-tokens) and report decode "
              "speed and read rate over time"),
+      ints("bench_sessions", "--sessions", {}, 1, 256,
+           "bench: concurrent streams sharing passes, comma-separated counts (1 is always run too, in the same "
+           "rounds): aggregate and per-stream tok/s, TTFT, inter-token latency p50/p99, bytes read per token"),
+      integer("bench_admit_prompt", "--admit-prompt", "", 0, 0, 1 << 20,
+              "bench --sessions: admit a prompt of this many tokens (in chunks of --chunk, default 16) while the "
+              "most sessions decode, and compare their inter-token latency p99 with the p50 without it"),
+      integer("bench_rounds", "--rounds", "", 3, 1, 1000, "bench --sessions: rounds of every count (medians)"),
       flag_bool("bench_json", "--json", "", false, "bench: print one JSON object"),
       flag_bool("bench_replay", "--replay", "", false,
                 "bench: replay the recorded expert requests with a synthetic compute model at several speeds"),

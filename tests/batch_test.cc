@@ -1,0 +1,279 @@
+// Continuous batching: rows of several sessions share each pass over the weights, and every
+// session gets exactly what it gets alone — tokens, logits and final state, bit for bit —
+// whatever else is in the pass: 2-8 sessions, joining and leaving at different steps,
+// prompt chunks beside decode rows, greedy and seeded sampling, all experts resident and at
+// --ram min (streamed experts), one pass at a time (forward_batch) and from threads that
+// share passes through the engine's batch queue (join_batch), speculative verify passes too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv4/model/engine.h"
+#include "dsv4/runtime/generator.h"
+#include "dsv4/runtime/model_loader.h"
+#include "dsv4/runtime/sampler.h"
+#include "test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using test::fixture;
+
+struct Setup {
+  std::string fixture;
+  std::string ram;  // "" resident, "min" streamed
+  kernels::Numerics numerics;
+};
+
+void PrintTo(const Setup& s, std::ostream* os) {
+  *os << s.fixture << (s.ram.empty() ? " resident" : " --ram " + s.ram)
+      << (s.numerics == kernels::Numerics::kFast ? " fast" : " reference");
+}
+
+LoadedEngine open(const Setup& s, int64_t max_rows = 48) {
+  LoadOptions o;
+  o.engine.numerics = s.numerics;
+  o.engine.threads = 2;
+  o.engine.max_rows = max_rows;
+  o.engine.context = 1024;
+  o.engine.batch_wait_us = 200000;  // a loaded test machine: wait long for the other members
+  o.ram = s.ram.empty() ? "64G" : s.ram;
+  return load_engine(fixture(s.fixture), o);
+}
+
+// Prompts of different lengths from the fixture's reference sequences.
+std::vector<std::vector<int32_t>> prompts(const std::string& name, int n) {
+  nlohmann::json ref = nlohmann::json::parse(test::read_file(fixture(name) + "/reference.json"));
+  std::vector<std::vector<int32_t>> all;
+  for (const auto& s : ref["sequences"]) all.push_back(s["tokens"].get<std::vector<int32_t>>());
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = all[static_cast<size_t>(i) % all.size()];
+    const size_t len = std::min<size_t>(p.size(), 5 + static_cast<size_t>(i) * 23 % 90);
+    p.resize(len);
+    p[0] = static_cast<int32_t>((p[0] + i) % 50 + 1);  // no two prompts alike
+    out.push_back(p);
+  }
+  return out;
+}
+
+int32_t argmax(std::span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// One stream of the scripted schedule: its prompt, fed in chunks, then `steps` tokens.
+struct Stream {
+  std::vector<int32_t> prompt;
+  int64_t chunk = 1;
+  int steps = 0;
+  int join = 0;       // the pass it first takes part in
+  int every = 1;      // takes part in every `every`-th pass after joining
+  bool greedy = true;
+  uint64_t seed = 0;
+
+  SessionState session;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<int32_t> fed, generated;
+  std::vector<float> logits, seen;  // the last logits; every decode step's logits
+  int64_t prefilled = 0;
+};
+
+SamplingParams seeded(uint64_t seed) { return SamplingParams{.temperature = 0.9f, .top_k = 40, .seed = seed}; }
+
+int32_t pick(bool greedy, Sampler* sampler, std::span<const float> logits, const std::vector<int32_t>& fed) {
+  return greedy ? argmax(logits) : sampler->sample(logits, fed);
+}
+
+// The same stream alone: forward() the prompt, then a token at a time.
+void run_alone(Engine& e, Stream& s, std::vector<float>& seen, std::vector<int32_t>& generated, SessionState& out) {
+  const int64_t V = e.config().vocab_size;
+  Sampler sampler(seeded(s.seed));
+  std::vector<int32_t> fed = s.prompt;
+  SessionState session = e.new_session();
+  std::vector<float> logits(V);
+  e.forward(session, s.prompt, logits.data(), LogitRows::kLast, 11);
+  for (int i = 0; i < s.steps; ++i) {
+    seen.insert(seen.end(), logits.begin(), logits.end());
+    const int32_t next = pick(s.greedy, &sampler, logits, fed);
+    generated.push_back(next);
+    fed.push_back(next);
+    if (i + 1 < s.steps) e.forward(session, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
+  }
+  out = std::move(session);
+}
+
+class BatchPass : public ::testing::TestWithParam<Setup> {};
+
+// A scripted schedule of passes over 8 streams: each pass carries one row of every decoding
+// stream that takes part and a prompt chunk of every prefilling one (so chunks of several
+// sessions and decode rows share passes), within the workspace's rows.
+TEST_P(BatchPass, EveryStreamAsAlone) {
+  LoadedEngine loaded = open(GetParam());
+  Engine& e = *loaded.engine;
+  const int64_t V = e.config().vocab_size;
+  const auto ps = prompts(GetParam().fixture, 8);
+  std::vector<Stream> streams(8);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Stream& s = streams[i];
+    s.prompt = ps[i];
+    s.chunk = 1 + static_cast<int64_t>(i * 7 % 13);
+    s.steps = 3 + static_cast<int>(i * 5 % 9);
+    s.join = static_cast<int>(i * 3 % 7);
+    s.every = i % 3 == 2 ? 2 : 1;
+    s.greedy = i % 2 == 0;
+    s.seed = 1000 + i;
+    s.session = e.new_session();
+    s.sampler = std::make_unique<Sampler>(seeded(s.seed));
+    s.fed = s.prompt;
+    s.logits.resize(static_cast<size_t>(V));
+  }
+  int64_t most_parts = 0, mixed = 0;
+  for (int pass = 0;; ++pass) {
+    std::vector<BatchItem> items;
+    std::vector<std::vector<int32_t>> rows(streams.size());
+    std::vector<Stream*> in;
+    int64_t used = 0;
+    bool any_left = false;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Stream& s = streams[i];
+      const bool done = static_cast<int>(s.generated.size()) >= s.steps;
+      if (done) continue;
+      any_left = true;
+      if (pass < s.join || (pass - s.join) % s.every != 0) continue;
+      const int64_t prompt_len = static_cast<int64_t>(s.prompt.size());
+      if (s.prefilled < prompt_len) {
+        const int64_t n = std::min({s.chunk, prompt_len - s.prefilled, e.max_rows() - used});
+        if (n <= 0) continue;
+        rows[i].assign(s.prompt.begin() + s.prefilled, s.prompt.begin() + s.prefilled + n);
+      } else {
+        if (used + 1 > e.max_rows()) continue;
+        rows[i] = {s.generated.back()};
+      }
+      used += static_cast<int64_t>(rows[i].size());
+      const bool last_chunk = s.prefilled < prompt_len && s.prefilled + static_cast<int64_t>(rows[i].size()) == prompt_len;
+      const bool decode = s.prefilled >= prompt_len;
+      items.push_back(BatchItem{&s.session, rows[i], last_chunk || decode ? s.logits.data() : nullptr, LogitRows::kLast});
+      in.push_back(&s);
+    }
+    if (!any_left) break;
+    ASSERT_LT(pass, 1000);
+    if (items.empty()) continue;
+    most_parts = std::max<int64_t>(most_parts, static_cast<int64_t>(items.size()));
+    bool has_chunk = false, has_decode = false;
+    for (const BatchItem& item : items) (item.tokens.size() > 1 ? has_chunk : has_decode) = true;
+    mixed += has_chunk && has_decode;
+    e.forward_batch(items);
+    for (size_t k = 0; k < items.size(); ++k) {
+      Stream& s = *in[k];
+      const bool was_prefill = s.prefilled < static_cast<int64_t>(s.prompt.size());
+      if (was_prefill) s.prefilled += static_cast<int64_t>(items[k].tokens.size());
+      if (!items[k].logits) continue;
+      s.seen.insert(s.seen.end(), s.logits.begin(), s.logits.end());
+      const int32_t next = pick(s.greedy, s.sampler.get(), s.logits, s.fed);
+      s.generated.push_back(next);
+      s.fed.push_back(next);
+    }
+  }
+  EXPECT_GE(most_parts, 4);
+  EXPECT_GT(mixed, 0) << "no pass had prompt chunks beside decode rows";
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Stream& s = streams[i];
+    std::vector<float> seen;
+    std::vector<int32_t> generated;
+    SessionState alone;
+    run_alone(e, s, seen, generated, alone);
+    EXPECT_EQ(s.generated, generated) << "stream " << i;
+    ASSERT_EQ(s.seen.size(), seen.size()) << "stream " << i;
+    EXPECT_EQ(std::memcmp(s.seen.data(), seen.data(), seen.size() * sizeof(float)), 0) << "stream " << i;
+    test::expect_same_session(s.session, alone);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchPass,
+                         ::testing::Values(Setup{"tiny-a", "", kernels::Numerics::kFast},
+                                           Setup{"tiny-a", "min", kernels::Numerics::kReference},
+                                           Setup{"flashlike", "", kernels::Numerics::kFast},
+                                           Setup{"flashlike", "min", kernels::Numerics::kFast}));
+
+// Whole generations from threads that share passes (the server's and the benchmark's way):
+// 2..8 concurrent requests, started at different times and of different lengths (so they
+// join and leave while others run), greedy and seeded, one with n-gram drafting (its verify
+// passes share passes too): each gets exactly the tokens and logits it gets alone.
+class BatchThreads : public ::testing::TestWithParam<std::tuple<Setup, int>> {};
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+};
+
+GenerationRequest request_for(const std::vector<int32_t>& prompt, int i) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 4 + i * 3 % 7;
+  r.chunk = 1 + i * 5 % 11;
+  if (i % 2 == 1) r.sampling = SamplingParams{.temperature = 0.8f, .top_p = 0.9f, .seed = 77u + static_cast<uint64_t>(i)};
+  else r.sampling.temperature = 0;
+  if (i == 2) r.spec = SpecMode::kNgram;
+  return r;
+}
+
+Outcome generate_one(Engine& e, const GenerationRequest& r) {
+  Outcome o;
+  GenerationCallbacks cb;
+  cb.detokenize = [](int32_t id) { return "<" + std::to_string(id) + ">"; };
+  cb.on_logits = [&](std::span<const float> row) { o.logits.insert(o.logits.end(), row.begin(), row.end()); };
+  SessionState s = e.new_session();
+  o.tokens = generate(e, s, r, cb).tokens;
+  return o;
+}
+
+TEST_P(BatchThreads, GenerationsAsAlone) {
+  const auto [setup, n] = GetParam();
+  LoadedEngine loaded = open(setup);
+  Engine& e = *loaded.engine;
+  const auto ps = prompts(setup.fixture, n);
+  std::vector<Outcome> alone;
+  for (int i = 0; i < n; ++i) alone.push_back(generate_one(e, request_for(ps[static_cast<size_t>(i)], i)));
+
+  const Engine::PassCounts before = e.pass_counts();
+  std::vector<Outcome> together(static_cast<size_t>(n));
+  {
+    // Every member joins before any starts, so the first passes wait for all of them; the
+    // later ones start after earlier generations' first tokens (they join a running batch).
+    std::vector<Engine::BatchMember> members;
+    for (int i = 0; i < n; ++i) members.push_back(e.join_batch());
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] {
+        Engine::BatchMember member = std::move(members[static_cast<size_t>(i)]);
+        together[static_cast<size_t>(i)] = generate_one(e, request_for(ps[static_cast<size_t>(i)], i));
+      });
+    for (std::thread& t : threads) t.join();
+  }
+  const Engine::PassCounts after = e.pass_counts();
+  EXPECT_GT(after.parts - before.parts, after.passes - before.passes) << "no pass was shared";
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(together[static_cast<size_t>(i)].tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
+    const auto& a = alone[static_cast<size_t>(i)].logits;
+    const auto& b = together[static_cast<size_t>(i)].logits;
+    ASSERT_EQ(a.size(), b.size()) << "request " << i;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, BatchThreads,
+    ::testing::Combine(::testing::Values(Setup{"tiny-a", "", kernels::Numerics::kFast},
+                                         Setup{"tiny-a", "min", kernels::Numerics::kFast},
+                                         Setup{"flashlike", "", kernels::Numerics::kFast},
+                                         Setup{"flashlike", "min", kernels::Numerics::kReference}),
+                       ::testing::Values(2, 8)));
+
+}  // namespace
+}  // namespace dsv4
