@@ -10,11 +10,14 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "dsv4/io/checkpoint.h"
 #include "dsv4/model/engine.h"
+#include "dsv4/util/error.h"
 #include "dsv4/runtime/generator.h"
 #include "dsv4/runtime/model_loader.h"
 #include "dsv4/runtime/sampler.h"
@@ -274,6 +277,136 @@ INSTANTIATE_TEST_SUITE_P(
                                          Setup{"flashlike", "", kernels::Numerics::kFast},
                                          Setup{"flashlike", "min", kernels::Numerics::kReference}),
                        ::testing::Values(2, 8)));
+
+// dsv4 run --batch: every line's answer is what `dsv4 run` gives for that prompt alone, in
+// input order, a bad line gets its error and the others still run.
+TEST(RunBatch, EachLineAsItsOwnRun) {
+  test::TempDir dir;
+  const std::string in = dir / "prompts.jsonl", out = dir / "results.jsonl";
+  test::write_file(in,
+                   "{\"prompt\":\"Hi\",\"max_tokens\":5,\"temperature\":0.8,\"seed\":3}\n"
+                   "{\"id\":\"b\",\"prompt\":\"the cat\",\"max_tokens\":7,\"temperature\":0}\n"
+                   "{\"nope\":1}\n"
+                   "\n"
+                   "{\"prompt\":\"Tell me about the sea\",\"max_tokens\":9,\"temperature\":0}\n");
+  const std::string model = "-m " + fixture("tiny-a");
+  const test::CommandResult r = test::run_dsv4("run " + model + " --batch " + in + " --out " + out + " --parallel 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("4 prompts through 3 slots"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+  std::vector<nlohmann::json> lines;
+  std::istringstream results(test::read_file(out));
+  for (std::string l; std::getline(results, l);) lines.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0]["id"], 0);
+  EXPECT_EQ(lines[1]["id"], "b");
+  EXPECT_NE(lines[2]["error"].get<std::string>().find("line 3: needs \"prompt\""), std::string::npos) << lines[2];
+  const char* alone[] = {"--max-tokens 5 --temperature 0.8 --seed 3 Hi", "--max-tokens 7 --temperature 0 'the cat'", "",
+                         "--max-tokens 9 --temperature 0 'Tell me about the sea'"};
+  for (int i : {0, 1, 3}) {
+    const test::CommandResult one = test::run_dsv4("run " + model + " --json " + alone[i]);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    const nlohmann::json j = nlohmann::json::parse(one.out);
+    EXPECT_EQ(lines[static_cast<size_t>(i)]["tokens"], j["tokens"]) << "line " << i;
+    EXPECT_EQ(lines[static_cast<size_t>(i)]["text"], j["text"]) << "line " << i;
+  }
+  EXPECT_NE(test::run_dsv4("run " + model + " --batch " + in).err.find("--batch needs --out"), std::string::npos);
+}
+
+// Resident experts that fail `faults` acquires of one expert, and record what was acquired.
+class FaultyExperts final : public ExpertProvider {
+ public:
+  explicit FaultyExperts(const Checkpoint& ck) : inner_(make_resident_experts(ck)) {}
+  void prefetch(int layer, std::span<const int> experts) override { inner_->prefetch(layer, experts); }
+  const ExpertWeights& acquire(int layer, int expert) override {
+    if (layer == fault_layer && expert == fault_expert && faults > 0) {
+      --faults;
+      fail("expert {} of layer {}: the test's read fault", expert, layer);
+    }
+    acquired.insert(acquired.end(), {layer, expert});
+    return inner_->acquire(layer, expert);
+  }
+  void release(int layer, int expert) override { inner_->release(layer, expert); }
+  ExpertStats stats() const override { return inner_->stats(); }
+  uint64_t resident_bytes() const override { return inner_->resident_bytes(); }
+  int fault_layer = -1, fault_expert = -1, faults = 0;
+  std::vector<std::pair<int, int>> acquired;
+
+ private:
+  std::unique_ptr<ExpertProvider> inner_;
+};
+
+// A fault in a shared pass costs only the request it belongs to: the pass is taken back in
+// both sessions and each request rerun alone; the faulty one fails with the expert's error
+// and its session is as before the pass, the other gets exactly its results alone.
+TEST(BatchFaults, AFaultInASharedPassFailsOnlyItsRequest) {
+  Checkpoint ck = Checkpoint::open(fixture("tiny-a"));
+  auto provider = std::make_unique<FaultyExperts>(ck);
+  FaultyExperts& experts = *provider;
+  EngineOptions o;
+  o.threads = 2;
+  o.batch_wait_us = 2000000;
+  auto engine = test::open_engine(fixture("tiny-a"), o, std::move(provider));
+  Engine& e = *engine;
+  const int64_t V = e.config().vocab_size;
+  const auto ps = prompts("tiny-a", 2);
+  SessionState a = e.new_session(), b = e.new_session();
+  std::vector<float> la(V), lb(V);
+  e.forward(a, ps[0], la.data(), LogitRows::kLast);
+  e.forward(b, ps[1], lb.data(), LogitRows::kLast);
+  const int32_t ta = argmax(la), tb = argmax(lb);
+  // What each next row acquires alone: a fault on an expert only a's row needs.
+  auto acquired_by = [&](const SessionState& s, int32_t t) {
+    SessionState copy = s;
+    experts.acquired.clear();
+    std::vector<float> l(V);
+    e.forward(copy, std::span<const int32_t>(&t, 1), l.data(), LogitRows::kLast);
+    return std::make_pair(experts.acquired, l);
+  };
+  const auto [used_a, alone_a] = acquired_by(a, ta);
+  const auto [used_b, alone_b] = acquired_by(b, tb);
+  for (const auto& x : used_a)
+    if (std::find(used_b.begin(), used_b.end(), x) == used_b.end()) {
+      experts.fault_layer = x.first;
+      experts.fault_expert = x.second;
+      break;
+    }
+  ASSERT_GE(experts.fault_layer, 0) << "no expert only the first row uses";
+  experts.faults = 2;  // the shared pass and a's rerun alone
+  const SessionState a_before = a;
+  const Engine::PassCounts before = e.pass_counts();
+  std::string error_a;
+  bool b_failed = false;
+  {
+    Engine::BatchMember m1 = e.join_batch(), m2 = e.join_batch();
+    std::thread first([&] {
+      try {
+        e.forward(a, std::span<const int32_t>(&ta, 1), la.data(), LogitRows::kLast);
+      } catch (const Error& err) {
+        error_a = err.what();
+      }
+    });
+    std::thread second([&] {
+      try {
+        e.forward(b, std::span<const int32_t>(&tb, 1), lb.data(), LogitRows::kLast);
+      } catch (const Error&) {
+        b_failed = true;
+      }
+    });
+    first.join();
+    second.join();
+  }
+  const Engine::PassCounts after = e.pass_counts();
+  EXPECT_EQ(experts.faults, 0) << "the shared pass and the rerun should both have met the fault";
+  EXPECT_EQ(after.passes - before.passes, 1u) << "the shared pass failed before its count; b's rerun is the one";
+  EXPECT_NE(error_a.find("the test's read fault"), std::string::npos) << error_a;
+  EXPECT_FALSE(b_failed);
+  EXPECT_EQ(std::memcmp(lb.data(), alone_b.data(), V * sizeof(float)), 0);
+  test::expect_same_session(a, a_before);
+  // a goes on as if nothing happened.
+  e.forward(a, std::span<const int32_t>(&ta, 1), la.data(), LogitRows::kLast);
+  EXPECT_EQ(std::memcmp(la.data(), alone_a.data(), V * sizeof(float)), 0);
+}
 
 }  // namespace
 }  // namespace dsv4

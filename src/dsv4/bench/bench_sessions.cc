@@ -171,7 +171,7 @@ int bench_sessions(const BenchModelOptions& o) {
     if (n < 1 || n > 256) fail("--sessions: {} is not a session count in [1, 256]", n);
   if (std::find(counts.begin(), counts.end(), 1) == counts.end()) counts.insert(counts.begin(), 1);
   const int most = *std::max_element(counts.begin(), counts.end());
-  const int64_t admit_chunk = o.model.chunk > 0 ? o.model.chunk : 16;
+  const int64_t admit_chunk = o.model.chunk > 0 ? o.model.chunk : kBatchedPromptChunk;
   WorkloadShape workload;
   // The streams decode on while a prompt is admitted: room for a pass per admitted chunk.
   const int64_t admit_passes = o.admit_prompt > 0 ? (o.admit_prompt + admit_chunk - 1) / admit_chunk : 0;

@@ -87,6 +87,9 @@ struct RunOptions {
   bool raw = false;
   bool json = false;
   std::string json_schema;  // --json-schema FILE: constrain the answer to this schema
+  std::string batch;        // --batch PROMPTS.jsonl: many prompts through --parallel slots (run_batch.cc)
+  std::string batch_out;    // --out RESULTS.jsonl
+  int parallel = 0;         // --parallel (0: from the RAM plan)
 };
 int run(const RunOptions& o);
 
@@ -106,6 +109,7 @@ struct ServeOptions {
   int port = 0;  // 0: any free port (printed)
   std::string api_key;
   int max_queue = 0;
+  int parallel = 0;  // 0: from the RAM plan
   std::string model_name;  // empty: the checkpoint directory's name
   int cache_entries = 0;
   int64_t cache_mb = 0;

@@ -42,6 +42,10 @@ MtpLoad mtp_load_for(const std::string& spec);
 // The context of run, chat and serve when --ctx is 0: a long conversation, not the model's
 // 1M-token maximum (the plan reserves session state for the whole context).
 inline constexpr int64_t kInteractiveContextTokens = 16384;
+// The prompt chunk of a server with several slots (and of bench --admit-prompt) when --chunk
+// is not given: a pass carries every decoding slot's row and at most one such chunk, so a
+// long prompt delays the others' next token by one chunk's compute at most.
+inline constexpr int64_t kBatchedPromptChunk = 16;
 
 // The workload of interactive use: the --ctx limit, else kInteractiveContextTokens.
 WorkloadShape interactive_workload(const ModelOptions& m);

@@ -142,6 +142,9 @@ void register_run(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "raw", c.run.raw);
   b.add(cmd, "run_json", c.run.json);
   b.add(cmd, "json_schema", c.run.json_schema);
+  b.add(cmd, "batch", c.run.batch);
+  b.add(cmd, "batch_out", c.run.batch_out);
+  b.add(cmd, "parallel", c.run.parallel);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::run(c.run); }});
 }
 
@@ -166,6 +169,7 @@ void register_serve(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "port", s.port);
   b.add(cmd, "api_key", s.api_key);
   b.add(cmd, "max_queue", s.max_queue);
+  b.add(cmd, "parallel", s.parallel);
   b.add(cmd, "model_name", s.model_name);
   b.add(cmd, "cache_entries", s.cache_entries);
   b.add(cmd, "cache_mb", s.cache_mb);

@@ -183,7 +183,14 @@ SchemaConstraint load_schema_constraint(const std::string& path, bool thinking) 
 
 }  // namespace
 
+int run_batch(const RunOptions& o, const chat::EncodeOptions& eo);  // run_batch.cc
+
 int run(const RunOptions& o) {
+  if (!o.batch.empty()) {
+    if (!o.prompt.empty()) fail("--batch takes its prompts from the file; give no prompt argument");
+    if (!o.json_schema.empty()) fail("--json-schema cannot be combined with --batch");
+    return run_batch(o, encode_options(o.style, true));
+  }
   std::string prompt_text;
   for (const std::string& part : o.prompt) prompt_text += (prompt_text.empty() ? "" : " ") + part;
   if (o.prompt.empty()) {

@@ -108,6 +108,12 @@ int serve(const ServeOptions& o) {
   // The prefix cache is part of the budget: its bound is planned inside --ram.
   WorkloadShape workload = interactive_workload(o.model);
   if (o.cache_entries > 0) workload.prefix_cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
+  workload.sessions = o.parallel;  // 0: the plan picks the slot count
+  if (o.parallel != 1) {
+    // Rows per pass: a prompt chunk beside every slot's row (and its drafts).
+    const int64_t slots = o.parallel > 0 ? o.parallel : kAutoSessions;
+    workload.chunk_tokens = (o.model.chunk > 0 ? o.model.chunk : kBatchedPromptChunk) + slots * (1 + o.sampling.draft_max);
+  }
   LoadedModel lm = load_model(o.model, workload, mtp_load_for(o.sampling.spec));
   if (lm.demo)
     fmt::print(stderr, "dsv4 serve: no -m given: serving the built-in demo model in {} (a tiny DeepSeek V4 trained on the King James Bible)\n",
@@ -136,7 +142,10 @@ int serve(const ServeOptions& o) {
   so.model_aliases = o.model_aliases;
   so.strict_model = o.strict_model;
   so.scheduler.context_limit = o.model.ctx;
-  so.scheduler.chunk = o.model.chunk;
+  so.scheduler.parallel = static_cast<int>(lm.plan.sessions);
+  // Several slots: a prompt goes in bounded chunks, so the other slots' streams wait at most
+  // a chunk's pass per token.
+  so.scheduler.chunk = o.model.chunk > 0 || lm.plan.sessions == 1 ? o.model.chunk : kBatchedPromptChunk;
 
   so.scheduler.token_delay_ms = o.token_delay_ms;
 
@@ -145,8 +154,9 @@ int serve(const ServeOptions& o) {
   server::Server server(*lm.engine, lm.tokenizer, so);
   const int port = server.bind();
   const bool v6 = o.host.find(':') != std::string::npos && o.host.front() != '[';
-  fmt::print("dsv4 serve: listening on http://{}:{}/ (model \"{}\", queue {}, {})\n", v6 ? "[" + o.host + "]" : o.host,
-             port, so.model_name, o.max_queue, o.api_key.empty() ? "no API key" : "API key required");
+  fmt::print("dsv4 serve: listening on http://{}:{}/ (model \"{}\", {} slot{}, queue {}, {})\n",
+             v6 ? "[" + o.host + "]" : o.host, port, so.model_name, so.scheduler.parallel,
+             so.scheduler.parallel == 1 ? "" : "s", o.max_queue, o.api_key.empty() ? "no API key" : "API key required");
   std::fflush(stdout);
   signals.serving([&server] { server.stop(); });
   server.run();

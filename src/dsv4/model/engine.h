@@ -113,8 +113,9 @@ class Engine {
   // that will keep calling forward() (a server slot, a benchmark stream): the pass waits
   // for members only, never for idle threads. Results are those of each session alone. A
   // pass that fails is taken back in every session and each request is rerun alone, so a
-  // fault costs only the request it belongs to (a request with its own undo log begun
-  // before the pass gets the error instead of a rerun).
+  // fault costs only the request it belongs to; its session is left as before the pass (a
+  // request with its own undo log begun before the pass gets the error instead of a rerun,
+  // and rewinds itself).
   class BatchMember {
    public:
     BatchMember() = default;

@@ -147,14 +147,21 @@ void Engine::run_requests(std::span<BatchRequest* const> requests) {
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     BatchRequest& r = *requests[i];
-    UndoLog& undo = *batch_items_[i].undo;
+    const BatchItem& item = batch_items_[i];
+    UndoLog& undo = *item.undo;
     if (undo.start_position() != batch_start_[i]) {
       // The caller's own log holds earlier positions: it rewinds the session itself.
       r.error = failure;
       continue;
     }
-    undo.rewind(*r.item.session, batch_start_[i]);
-    alone(r);
+    undo.rewind(*item.session, batch_start_[i]);
+    try {
+      run_pass(std::span<const BatchItem>(&item, 1));
+    } catch (...) {
+      r.error = std::current_exception();
+      // Our own log: the failed request's session goes back to before the pass.
+      if (!r.item.undo) undo.rewind(*item.session, batch_start_[i]);
+    }
   }
 }
 

@@ -63,9 +63,10 @@ std::string MemoryPlan::summary() const {
   const std::string cache =
       prefix_cache_bytes ? fmt::format(" (prefix cache {})", format_bytes(prefix_cache_bytes)) : std::string();
   const std::string mtp = mtp_bytes ? fmt::format(", mtp drafter {} resident", format_bytes(mtp_bytes)) : std::string();
-  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident{}, {}, kv+scratch reserve {}{}, projected peak {}",
+  const std::string slots_text = sessions > 1 ? fmt::format(" for {} session slots", sessions) : std::string();
+  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident{}, {}, kv+scratch reserve {}{}{}, projected peak {}",
                      format_bytes(budget), budget_source, format_bytes(dense_bytes), mtp, experts,
-                     format_bytes(reserve_bytes), cache, format_bytes(projected_peak()));
+                     format_bytes(reserve_bytes), slots_text, cache, format_bytes(projected_peak()));
 }
 
 MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const WorkloadShape& workload) {
@@ -86,7 +87,12 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
   const ExpertLayout layout(ck);
   p.slot_bytes = layout.slot_bytes();
   p.total_experts = int64_t(layout.n_layers()) * layout.n_experts();
-  p.reserve_bytes = workload_bytes(c, workload) + kProcessOverheadBytes;
+  // With sessions = 0 the count is picked below, once the budget is known; the minimum
+  // budget is that of one.
+  WorkloadShape shape = workload;
+  shape.sessions = std::max<int64_t>(1, workload.sessions);
+  p.sessions = shape.sessions;
+  p.reserve_bytes = workload_bytes(c, shape) + kProcessOverheadBytes;
   p.prefix_cache_bytes = workload.prefix_cache_bytes;
   // One token needs K experts per layer; twice that lets the next layer's reads run while
   // this layer computes.
@@ -117,6 +123,21 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
          format_bytes(p.budget), p.budget_source, format_bytes(p.minimum_budget), ck.dir(), format_bytes(p.dense_bytes),
          p.mtp_bytes ? " + mtp drafter " + format_bytes(p.mtp_bytes) : std::string(), p.min_slots,
          format_bytes(p.slot_bytes), format_bytes(p.reserve_bytes));
+  }
+  if (workload.sessions <= 0) {
+    const uint64_t one = SessionState::bytes_at(c, std::max<int64_t>(1, workload.context_tokens), workload.mtp);
+    for (int64_t n = kAutoSessions; n > 1; --n) {
+      shape.sessions = n;
+      const uint64_t reserve = workload_bytes(c, shape) + kProcessOverheadBytes;
+      const uint64_t fixed = p.dense_bytes + p.mtp_bytes + reserve + uint64_t(p.min_slots) * p.slot_bytes;
+      if (fixed > p.budget) continue;
+      const uint64_t left = p.budget - p.dense_bytes - p.mtp_bytes - reserve;
+      if (left >= resident_total || uint64_t(n - 1) * one * 4 <= left) {
+        p.sessions = n;
+        p.reserve_bytes = reserve;
+        break;
+      }
+    }
   }
   const uint64_t for_experts = p.budget - p.dense_bytes - p.mtp_bytes - p.reserve_bytes;
   if (for_experts >= resident_total) {

@@ -33,11 +33,15 @@ inline constexpr int64_t kAutoChunkTokens = 512;
 int64_t resolve_chunk(int64_t requested, int64_t context);
 
 // What the process will do with the model: sizes the reserve.
+// WorkloadShape::sessions = 0: the plan reserves up to this many sessions, as many as cost
+// at most a quarter of what is left for experts (or all, when every expert stays resident).
+inline constexpr int64_t kAutoSessions = 4;
+
 struct WorkloadShape {
   int64_t context_tokens = 4096;  // longest sequence a session will reach
   int64_t chunk_tokens = kAutoChunkTokens;  // rows per forward pass (the largest prefill chunk)
   int64_t logit_rows = 1;         // rows of [vocab] logits the caller keeps
-  int64_t sessions = 1;           // sessions alive at once
+  int64_t sessions = 1;           // sessions alive at once (0: the plan picks, up to kAutoSessions)
   int threads = 1;                // compute threads (the workspace has scratch per thread)
   uint64_t prefix_cache_bytes = 0;  // the server's prefix cache bound
   bool mtp = false;               // the MTP drafter is loaded (its layer resident, experts too)
@@ -55,6 +59,7 @@ struct MemoryPlan {
   int64_t min_slots = 0;       // smallest cache that still overlaps I/O with compute
   int64_t slots = 0;           // == total_experts when all resident
   bool all_resident = false;
+  int64_t sessions = 1;        // sessions whose state the reserve holds (the server's slots)
   uint64_t expert_bytes = 0;   // RAM held for experts
   uint64_t minimum_budget = 0; // dense + mtp + min_slots + reserve
 

@@ -139,6 +139,9 @@ std::vector<Setting> make_table() {
       text("host", "--host", "DSV4_HOST", "127.0.0.1", "address the server binds to"),
       integer("port", "--port", "DSV4_PORT", 8080, 0, 65535, "port the server listens on (0 = any free port)"),
       text("api_key", "--api-key", "DSV4_API_KEY", "", "require this bearer token on API requests"),
+      integer("parallel", "--parallel", "DSV4_PARALLEL", 0, 0, 256,
+              "serve, run --batch: generations that run at once, sharing each pass over the weights (0 = from the RAM plan: "
+              "up to 4 slots, as many as the budget reserves a session for without starving the expert cache)"),
       integer("max_queue", "--max-queue", "DSV4_MAX_QUEUE", 8, 0, 4096,
               "requests allowed to wait for the engine before 429"),
       text("model_name", "--model-name", "DSV4_MODEL_NAME", "",
@@ -162,6 +165,10 @@ std::vector<Setting> make_table() {
       flag_bool("raw", "--raw", "", false, "run: plain text continuation, no chat encoding"),
       flag_bool("run_json", "--json", "", false,
                 "run: print one JSON object: text, prompt_tokens, tokens, finish_reason, stats"),
+      path("batch", "--batch", "",
+           "run: many prompts from this JSON Lines file ({\"prompt\": ...} or {\"messages\": [...]} per line) "
+           "through --parallel slots that share each pass; results to --out"),
+      path("batch_out", "--out", "", "run --batch: write one JSON result per input line here, in input order"),
       path("json_schema", "--json-schema", "", "run: the answer is JSON valid for this JSON Schema file (constrained decoding)"),
       text("system", "--system", "", "", "run/chat: system prompt"),
       flag_bool("think", "--think,!--no-think", "", false, "thinking mode: the model reasons before answering"),

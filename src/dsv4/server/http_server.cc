@@ -390,7 +390,8 @@ std::optional<Reply> Server::Impl::get_reply(const HttpHead& head) {
     // deleted, or experts whose last read failed a request.
     const std::string problem = engine.experts().storage_problem();
     Json body{{"status", problem.empty() ? "ok" : "degraded"}, {"model", options.model_name},
-              {"queue_depth", g.queue_depth}, {"running", g.running}};
+              {"queue_depth", g.queue_depth}, {"running", g.running}, {"running_slots", g.running_count},
+              {"slots", g.slots}};
     if (!problem.empty()) body["reason"] = problem;
     return Reply{200, "application/json", body.dump(-1, ' ', false, Json::error_handler_t::replace), {}};
   }

@@ -129,6 +129,8 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   sample(out, "dsv4_expert_bytes_read_total", "counter", "Bytes of expert weights read from storage.", experts_.bytes_read);
   sample(out, "dsv4_queue_depth", "gauge", "Requests waiting for the engine.", g.queue_depth);
   sample(out, "dsv4_generation_running", "gauge", "1 while the engine is generating.", g.running ? 1u : 0u);
+  sample(out, "dsv4_generations_running", "gauge", "Slots generating now (at most --parallel).", g.running_count);
+  sample(out, "dsv4_slots", "gauge", "Generation slots (--parallel).", g.slots);
   header(out, "dsv4_prefix_cache_lookups_total", "counter", "Prefix cache lookups by result.");
   out += fmt::format("dsv4_prefix_cache_lookups_total{{result=\"hit\"}} {}\n", cache_hits_);
   out += fmt::format("dsv4_prefix_cache_lookups_total{{result=\"miss\"}} {}\n", cache_misses_);

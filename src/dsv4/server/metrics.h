@@ -37,6 +37,8 @@ struct SchedulerGauges {
   bool running = false;
   size_t cache_entries = 0;
   uint64_t cache_bytes = 0;
+  size_t running_count = 0;  // slots generating now
+  size_t slots = 1;          // --parallel
 };
 
 class Metrics {

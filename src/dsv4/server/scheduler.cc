@@ -60,7 +60,13 @@ Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Metrics& 
                          : engine.config().max_position_embeddings),
       cache_(options.cache_entries, options.cache_bytes, open_store(engine, options)) {
   metrics_.set_expert_stats(engine_.experts().stats());
-  worker_ = std::thread([this] { worker_loop(); });
+  options_.parallel = std::max(1, options_.parallel);
+  running_.resize(static_cast<size_t>(options_.parallel));
+  for (int i = 0; i < options_.parallel; ++i) workers_.emplace_back([this, i] { worker_loop(static_cast<size_t>(i)); });
+}
+
+size_t Scheduler::running_count() const {
+  return static_cast<size_t>(std::count_if(running_.begin(), running_.end(), [](const auto& j) { return j != nullptr; }));
 }
 
 Scheduler::~Scheduler() { stop(); }
@@ -75,9 +81,9 @@ void Scheduler::Reservation::release() {
 Scheduler::Admission Scheduler::reserve() {
   std::lock_guard lock(mu_);
   if (stopping_) return {Reservation(), true};
-  // One generation runs and max_queue wait; a request being read counts as waiting.
-  const size_t admitted = (running_ ? 1 : 0) + queue_.size() + reserved_;
-  if (admitted >= options_.max_queue + 1) return {Reservation(), false};
+  // `parallel` generations run and max_queue wait; a request being read counts as waiting.
+  const size_t admitted = running_count() + queue_.size() + reserved_;
+  if (admitted >= options_.max_queue + static_cast<size_t>(options_.parallel)) return {Reservation(), false};
   ++reserved_;
   return {Reservation(this), false};
 }
@@ -118,21 +124,24 @@ void Scheduler::stop() {
       stopping_ = true;
       for (auto& job : queue_) finish(*job, JobOutcome::Status::kShutdown, "the server is shutting down");
       queue_.clear();
-      if (running_) running_->cancel_.store(true);
+      for (auto& job : running_)
+        if (job) job->cancel_.store(true);
     }
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (std::thread& w : workers_)
+    if (w.joinable()) w.join();
 }
 
 SchedulerGauges Scheduler::gauges() const {
   std::lock_guard lock(mu_);
-  return {queue_.size() + reserved_, running_ != nullptr, cache_entries_, cache_bytes_};
+  return {queue_.size() + reserved_, running_count() > 0, cache_entries_, cache_bytes_, running_count(),
+          static_cast<size_t>(options_.parallel)};
 }
 
 int Scheduler::retry_after_s() const {
   std::lock_guard lock(mu_);
-  const double wait = average_job_s_ * static_cast<double>(queue_.size() + reserved_ + 1);
+  const double wait = average_job_s_ * static_cast<double>(queue_.size() + reserved_ + 1) / options_.parallel;
   return static_cast<int>(std::clamp(std::ceil(wait), 1.0, 3600.0));
 }
 
@@ -147,7 +156,7 @@ void Scheduler::finish(Job& job, JobOutcome::Status status, std::string error) {
   job.notify();
 }
 
-void Scheduler::worker_loop() {
+void Scheduler::worker_loop(size_t slot) {
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -156,22 +165,33 @@ void Scheduler::worker_loop() {
       if (stopping_) return;  // stop() already finished the queued jobs
       job = std::move(queue_.front());
       queue_.pop_front();
-      running_ = job;
+      running_[slot] = job;
     }
     const auto start = Clock::now();
-    run(*job);
-    // The answer is out: now write this request's snapshots to the disk tier.
-    try {
-      cache_.persist();
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "dsv4 serve: prefix cache: not written: {}\n", e.what());
+    {
+      // While it generates, this slot's passes are shared with the other slots'.
+      Engine::BatchMember member = options_.parallel > 1 ? engine_.join_batch() : Engine::BatchMember();
+      run(*job);
+    }
+    size_t entries = 0;
+    uint64_t bytes = 0;
+    {
+      // The answer is out: now write this request's snapshots to the disk tier.
+      std::lock_guard cache_lock(cache_mu_);
+      try {
+        cache_.persist();
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "dsv4 serve: prefix cache: not written: {}\n", e.what());
+      }
+      entries = cache_.entries();
+      bytes = cache_.bytes();
     }
     metrics_.set_expert_stats(engine_.experts().stats());
     std::lock_guard lock(mu_);
-    running_.reset();
+    running_[slot].reset();
     average_job_s_ = 0.7 * average_job_s_ + 0.3 * seconds_between(start, Clock::now());
-    cache_entries_ = cache_.entries();
-    cache_bytes_ = cache_.bytes();
+    cache_entries_ = entries;
+    cache_bytes_ = bytes;
   }
 }
 
@@ -181,6 +201,7 @@ void Scheduler::store_snapshot(SessionState s, std::span<const int32_t> tail) {
   std::vector<int32_t> key = s.tokens;
   key.insert(key.end(), tail.begin(), tail.end());
   std::string text = tokenizer_.decode(key);
+  std::lock_guard lock(cache_mu_);
   cache_.insert(std::move(s), tail, std::move(text));
 }
 
@@ -196,6 +217,7 @@ void Scheduler::run(Job& job) {
     // history when its text is a prefix of the new prompt and the rest starts with an added
     // token (<｜end▁of▁sentence｜>, <｜User｜>, ...), which the tokenizer never merges across.
     std::vector<int32_t> prompt = in.prompt;
+    std::unique_lock cache_lock(cache_mu_);
     auto match = cache_.longest_token_prefix(prompt);
     if (!in.prompt_text.empty()) {
       auto junction_ok = [&](std::string_view rest) {
@@ -213,6 +235,7 @@ void Scheduler::run(Job& job) {
         }
       }
     }
+    cache_lock.unlock();
     metrics_.count_cache_lookup(match.has_value());
     SessionState session = match ? std::move(match->state) : engine_.new_session();
     match.reset();

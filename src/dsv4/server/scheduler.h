@@ -1,5 +1,9 @@
-// One engine, one worker thread, one generation at a time. Requests wait in a FIFO queue of
-// bounded length. A request takes its place in the queue (a Reservation) before its body is
+// One engine, `parallel` worker threads (slots), each running one generation at a time; the
+// slots' generations share the engine's passes over the weights (continuous batching,
+// Engine::join_batch: each pass advances every decoding slot by one token and carries at most
+// one prompt chunk of --chunk rows, so a long prompt delays the others' streams by at most a
+// chunk per token), and each gets exactly the tokens it would get alone. Requests wait in a
+// FIFO queue of bounded length. A request takes its place in the queue (a Reservation) before its body is
 // read, so a full queue refuses at once, before any work (the HTTP layer answers 429); a client
 // that goes away cancels its request (a queued one is dropped, a running one stops at the next
 // token or prefill chunk, and a cancelled generation leaves no snapshot behind). Before each generation the prefix cache supplies the longest
@@ -37,7 +41,8 @@ using Clock = std::chrono::steady_clock;
 
 struct SchedulerOptions {
   // Defaults from the settings table (--max-queue, --cache-entries, --cache-mb).
-  size_t max_queue = setting_default<size_t>("max_queue");  // requests allowed to wait while one runs
+  size_t max_queue = setting_default<size_t>("max_queue");  // requests allowed to wait while all slots run
+  int parallel = 1;  // slots: generations that run at once (the RAM plan reserves a session for each)
   size_t cache_entries = setting_default<size_t>("cache_entries");  // prefix cache snapshots
   uint64_t cache_bytes = setting_default<uint64_t>("cache_mb") << 20;
   std::string cache_dir;  // the prefix cache's disk tier ("" = none; --cache-dir)
@@ -165,8 +170,9 @@ class Scheduler {
   int retry_after_s() const;
 
  private:
-  void worker_loop();
+  void worker_loop(size_t slot);
   void run(Job& job);
+  size_t running_count() const;  // under mu_
   void finish(Job& job, JobOutcome::Status status, std::string error = "");
   void store_snapshot(SessionState s, std::span<const int32_t> tail);
 
@@ -179,15 +185,16 @@ class Scheduler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::shared_ptr<Job> running_;
+  std::vector<std::shared_ptr<Job>> running_;  // [parallel] one per slot (null: idle)
   size_t reserved_ = 0;  // places held by requests whose bodies are still being read
   bool stopping_ = false;
   double average_job_s_ = 1.0;
   size_t cache_entries_ = 0;  // mirrors of the cache (worker-only) for gauges()
   uint64_t cache_bytes_ = 0;
 
-  PrefixCache cache_;  // the worker's alone
-  std::thread worker_;
+  std::mutex cache_mu_;  // the slots share the prefix cache
+  PrefixCache cache_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace dsv4::server

@@ -21,7 +21,7 @@ Progress::~Progress() {
   if (!finished_ && tty_ && enabled_ && last_decile_ >= 0) std::fputc('\n', out_);
 }
 
-void Progress::update(int64_t done) {
+void Progress::update(int64_t done, const std::string& note) {
   if (!enabled_ || finished_) return;
   done = std::clamp<int64_t>(done, 0, total_);
   const double frac = double(done) / double(total_);
@@ -30,14 +30,16 @@ void Progress::update(int64_t done) {
   if (tty_) {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(frac * kWidth);
-    fmt::print(out_, "\r{} [{}{}] {:3.0f}% {}/{} {} {:.1f} {}/s\x1b[K", label_, std::string(filled, '#'),
-               std::string(kWidth - filled, '-'), frac * 100, done, total_, unit_, rate, unit_);
+    fmt::print(out_, "\r{} [{}{}] {:3.0f}% {}/{} {} {:.1f} {}/s{}{}\x1b[K", label_, std::string(filled, '#'),
+               std::string(kWidth - filled, '-'), frac * 100, done, total_, unit_, rate, unit_, note.empty() ? "" : ", ",
+               note);
     std::fflush(out_);
     last_decile_ = 0;
   } else {
     const int decile = static_cast<int>(frac * 10);
     if (decile > last_decile_) {
-      fmt::print(out_, "{}: {:3d}% ({}/{} {}, {:.1f} {}/s)\n", label_, decile * 10, done, total_, unit_, rate, unit_);
+      fmt::print(out_, "{}: {:3d}% ({}/{} {}, {:.1f} {}/s{}{})\n", label_, decile * 10, done, total_, unit_, rate, unit_,
+                 note.empty() ? "" : ", ", note);
       last_decile_ = decile;
     }
   }

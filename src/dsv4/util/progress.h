@@ -15,7 +15,8 @@ class Progress {
   // `min_total` (short prompts do not need a bar).
   Progress(std::string label, std::string unit, int64_t total, int64_t min_total = 0, FILE* out = stderr);
   ~Progress();
-  void update(int64_t done);
+  // `note` (optional) follows the count, e.g. "41.2 tok/s, ETA 3m10s".
+  void update(int64_t done, const std::string& note = "");
   void finish();
 
  private:

@@ -1,0 +1,184 @@
+// dsv4 run --batch PROMPTS.jsonl --out RESULTS.jsonl: many prompts through --parallel slots
+// that share each pass over the weights (Engine::join_batch), so offline throughput is that
+// of continuous batching; every answer is exactly what `dsv4 run` gives for it alone. Each
+// input line is a JSON object: "prompt" (text, chat-encoded as `dsv4 run` does; with "raw":
+// true a plain continuation) or "messages" (a chat), and optionally "id", "max_tokens",
+// "temperature", "top_p", "top_k", "seed". Each output line, in input order: "id" (or the
+// line's index), "text", "tokens", "finish_reason", "stats" — or "error" for a line that
+// failed (the others still run). Progress on stderr: done / total, tok/s, ETA.
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dsv4/cli/common.h"
+#include "dsv4/text/chat_format.h"
+#include "dsv4/util/error.h"
+#include "dsv4/util/file.h"
+#include "dsv4/util/progress.h"
+
+namespace dsv4::cli {
+namespace {
+
+namespace chat = text::chat;
+using Json = nlohmann::json;
+
+struct Line {
+  Json id;
+  GenerationRequest request;
+  std::string error;  // a bad line: reported in its output line, never run
+};
+
+std::string eta_text(double s) {
+  if (s <= 0) return "-";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60)
+                   : t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
+}
+
+Line parse_line(const std::string& text, size_t index, const std::string& path, const LoadedModel& lm,
+                const GenerationRequest& defaults, const chat::EncodeOptions& eo) {
+  Line line;
+  line.id = index;
+  line.request = defaults;
+  try {
+    const Json j = Json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("{} line {}: not a JSON object", path, index + 1);
+    if (j.contains("id")) line.id = j["id"];
+    GenerationRequest& r = line.request;
+    if (j.contains("max_tokens")) r.max_tokens = j["max_tokens"].get<int64_t>();
+    if (j.contains("temperature")) r.sampling.temperature = j["temperature"].get<float>();
+    if (j.contains("top_p")) r.sampling.top_p = j["top_p"].get<float>();
+    if (j.contains("top_k")) r.sampling.top_k = j["top_k"].get<int>();
+    if (j.contains("seed")) r.sampling.seed = j["seed"].get<uint64_t>();
+    r.sampling.validate();
+    if (r.max_tokens < 1) fail("{} line {}: \"max_tokens\" must be at least 1", path, index + 1);
+    if (j.contains("messages")) {
+      r.prompt = lm.tokenizer.encode(chat::encode_messages(j["messages"], eo));
+    } else if (j.contains("prompt") && j["prompt"].is_string()) {
+      const std::string p = j["prompt"].get<std::string>();
+      if (j.value("raw", false)) {
+        r.prompt = {static_cast<int32_t>(lm.engine->config().bos_token_id)};
+        const std::vector<int32_t> ids = lm.tokenizer.encode(p);
+        r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+      } else {
+        r.prompt = lm.tokenizer.encode(chat::encode_messages(Json::array({{{"role", "user"}, {"content", p}}}), eo));
+      }
+    } else {
+      fail("{} line {}: needs \"prompt\" (a string) or \"messages\"", path, index + 1);
+    }
+  } catch (const Json::exception& e) {
+    line.error = fmt::format("{} line {}: {}", path, index + 1, e.what());
+  } catch (const Error& e) {
+    line.error = e.what();
+  }
+  return line;
+}
+
+}  // namespace
+
+int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
+  if (o.batch_out.empty()) fail("--batch needs --out RESULTS.jsonl");
+  std::vector<std::string> texts;
+  {
+    std::ifstream in(o.batch);
+    if (!in) fail("{}: cannot open (--batch)", o.batch);
+    for (std::string s; std::getline(in, s);)
+      if (s.find_first_not_of(" \t\r") != std::string::npos) texts.push_back(s);
+  }
+  if (texts.empty()) fail("{}: no prompts (--batch)", o.batch);
+  std::FILE* out = std::fopen(o.batch_out.c_str(), "w");
+  if (!out) fail("{}: cannot write (--out)", o.batch_out);
+
+  WorkloadShape workload = interactive_workload(o.model);
+  workload.sessions = o.parallel;  // 0: the plan picks the slot count
+  const int64_t slots_guess = o.parallel > 0 ? o.parallel : kAutoSessions;
+  const int64_t chunk = o.model.chunk > 0 ? o.model.chunk : kBatchedPromptChunk;
+  workload.chunk_tokens = chunk + slots_guess * (1 + o.sampling.draft_max);
+  LoadedModel lm = load_model(o.model, workload, mtp_load_for(o.sampling.spec));
+  const int slots = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(lm.plan.sessions, int64_t(texts.size()))));
+  fmt::print(stderr, "dsv4: {} prompts through {} slot{}\n", texts.size(), slots, slots == 1 ? "" : "s");
+
+  GenerationRequest defaults;
+  defaults.sampling = sampling_params(lm.dir, o.sampling);
+  defaults.max_tokens = o.sampling.max_tokens;
+  defaults.stop_strings = o.sampling.stop;
+  defaults.spec = parse_spec_mode(o.sampling.spec);
+  defaults.draft_max = static_cast<int>(o.sampling.draft_max);
+  defaults.stop_ids = {static_cast<int32_t>(lm.engine->config().eos_token_id)};
+  defaults.context_limit = o.model.ctx;
+  defaults.chunk = chunk;
+
+  std::vector<std::string> results(texts.size());
+  std::vector<char> ready(texts.size(), 0);
+  size_t written = 0;
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  int64_t done = 0, tokens = 0;
+  const auto start = std::chrono::steady_clock::now();
+  Progress progress("batch", "prompts", static_cast<int64_t>(texts.size()));
+  bool write_failed = false;
+  auto worker = [&] {
+    Engine::BatchMember member = slots > 1 ? lm.engine->join_batch() : Engine::BatchMember();
+    SessionState session = lm.engine->new_session();
+    for (size_t i; (i = next++) < texts.size();) {
+      Line line = parse_line(texts[i], i, o.batch, lm, defaults, eo);
+      Json j = {{"id", line.id}};
+      int64_t generated = 0;
+      if (!line.error.empty()) {
+        j["error"] = line.error;
+      } else {
+        try {
+          text::IncrementalDecoder decoder(lm.tokenizer);
+          GenerationCallbacks cb;
+          cb.detokenize = [&](int32_t id) { return decoder.push(id); };
+          cb.flush = [&] { return decoder.finish(); };
+          const GenerationResult r = generate(*lm.engine, session, line.request, cb);
+          generated = r.stats.generated_tokens;
+          j["text"] = r.text;
+          j["tokens"] = r.tokens;
+          j["finish_reason"] = finish_reason_name(r.finish);
+          j["stats"] = {{"prompt_tokens", r.stats.prompt_tokens}, {"generated_tokens", r.stats.generated_tokens},
+                        {"ttft_s", r.stats.ttft_s}, {"decode_tok_s", r.stats.decode_tok_s()}};
+        } catch (const std::exception& e) {
+          j["error"] = e.what();
+          session = lm.engine->new_session();
+        }
+      }
+      std::lock_guard lock(mu);
+      results[i] = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+      ready[i] = 1;
+      // In input order, as soon as each line's predecessors are written.
+      while (written < results.size() && ready[written]) {
+        std::string& s = results[written];
+        if (std::fprintf(out, "%s\n", s.c_str()) < 0) write_failed = true;
+        std::string().swap(s);
+        ++written;
+      }
+      std::fflush(out);
+      ++done;
+      tokens += generated;
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = secs > 0 ? double(tokens) / secs : 0;
+      const double eta = done > 0 ? secs / double(done) * double(int64_t(texts.size()) - done) : 0;
+      progress.update(done, fmt::format("{:.1f} tok/s, ETA {}", rate, eta_text(eta)));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int s = 0; s < slots; ++s) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  progress.finish();
+  const bool closed = std::fclose(out) == 0;
+  if (write_failed || !closed) fail("{}: write failed (--out)", o.batch_out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print(stderr, "dsv4: {} prompts, {} tokens generated in {:.1f} s ({:.2f} tok/s) with {} slot{}; results in {}\n",
+             texts.size(), tokens, secs, secs > 0 ? double(tokens) / secs : 0.0, slots, slots == 1 ? "" : "s",
+             o.batch_out);
+  return 0;
+}
+
+}  // namespace dsv4::cli
