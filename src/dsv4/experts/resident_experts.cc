@@ -1,3 +1,5 @@
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "dsv4/experts/expert_provider.h"
@@ -113,12 +115,16 @@ class ResidentExperts final : public ExpertProvider {
 
   void prefetch(int, std::span<const int>) override {}
   const ExpertWeights& acquire(int layer, int expert) override {
-    ++stats_.requests;
-    ++stats_.hits;
+    // Atomic: with several slots generating, another thread reads the counts during a pass.
+    requests_.fetch_add(1, std::memory_order_relaxed);
     return experts_[index(layer, expert)].weights;
   }
   void release(int, int) override {}
-  ExpertStats stats() const override { return stats_; }
+  ExpertStats stats() const override {
+    ExpertStats s;
+    s.requests = s.hits = requests_.load(std::memory_order_relaxed);
+    return s;
+  }
   uint64_t resident_bytes() const override { return bytes_; }
 
  private:
@@ -132,7 +138,7 @@ class ResidentExperts final : public ExpertProvider {
   int n_experts_ = 0;
   std::vector<Slot> experts_;
   uint64_t bytes_ = 0;
-  ExpertStats stats_;
+  std::atomic<uint64_t> requests_{0};  // every request is a hit
 };
 
 }  // namespace
