@@ -92,7 +92,8 @@ async function freeRound() {
 }
 
 before(async () => {
-  server = await startServer(binary, ["--max-queue", String(QUEUE)]);
+  // One slot: the blocker holds the engine (tests/server_batch_test.cc covers --parallel slots).
+  server = await startServer(binary, ["--max-queue", String(QUEUE), "--parallel", "1"]);
   const r = await (await chat()).json();
   expected = r.choices[0].message.content;
   assert.equal(r.usage.completion_tokens, 16);

@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import { binaryFromArgs, startServer, rssBytes } from "./server_harness.mjs";
 
 test("40 concurrent 13 MB bodies: bounded peak RSS, back to baseline", async () => {
-const server = await startServer(binaryFromArgs(), ["--max-body-mb", "16"]);
+// One slot, so that one generation runs and the queue's 8 wait (the admission arithmetic above).
+const server = await startServer(binaryFromArgs(), ["--max-body-mb", "16", "--parallel", "1"]);
 const pid = server.pid();
 const chat = (extra) => fetch(server.url + "/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" },
   body: extra ?? JSON.stringify({ model: "tiny-a", messages: [{ role: "user", content: "hi" }], max_tokens: 1 }) });
