@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: the release build (warnings are errors), the
-# same suite under AddressSanitizer + UndefinedBehaviorSanitizer, the NEON kernels
+# same suite under AddressSanitizer + UndefinedBehaviorSanitizer, the engine's threaded tests
+# under ThreadSanitizer, the NEON kernels
 # cross-compiled for aarch64 and tested under qemu-user, and a short libFuzzer
 # run over the checkpoint parsers, the tokenizer, the HTTP request parser and the JSON Schema
 # compiler. CI (.ci/run) calls exactly this.
 #   DSV4_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   DSV4_SKIP_ASAN=1   skip the sanitizer build (local iteration only)
 #   DSV4_SKIP_AARCH64=1  skip the aarch64 cross build and its qemu tests (local iteration only)
+#   DSV4_SKIP_TSAN=1   skip the ThreadSanitizer build (local iteration only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -29,6 +31,19 @@ if [[ "${DSV4_SKIP_ASAN:-0}" != 1 ]]; then
   step "sanitizer tests"
   (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j "$jobs" --timeout 1800)
+fi
+
+if [[ "${DSV4_SKIP_TSAN:-0}" != 1 ]]; then
+  # ThreadSanitizer where threads meet in the engine: continuous batching (the batch queue, its
+  # leading thread and members, a failed shared pass rerun per request) and the expert store's
+  # read queues. Engine + runtime only and the tiny-a cases, to keep the stage short.
+  step "thread sanitizer build (engine + runtime)"
+  cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_TSAN=ON -DDSV4_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
+  ninja -C build/tsan dsv4_tests
+  step "thread sanitizer tests"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/dsv4_tests --gtest_brief=1 \
+    --gtest_filter='Fixtures/BatchPass.EveryStreamAsAlone/0:Fixtures/BatchPass.EveryStreamAsAlone/1:Fixtures/BatchThreads.GenerationsAsAlone/0:Fixtures/BatchThreads.GenerationsAsAlone/1:Fixtures/BatchThreads.GenerationsAsAlone/2:Fixtures/BatchThreads.GenerationsAsAlone/3:BatchFaults.*:ExpertStore.*:ReadQueue.*:MoeArrivalOrder.*'
 fi
 
 if [[ "${DSV4_SKIP_AARCH64:-0}" != 1 ]]; then

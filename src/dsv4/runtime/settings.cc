@@ -271,6 +271,7 @@ std::vector<Setting> make_table() {
       integer("fuzz_seconds", "", "DSV4_FUZZ_SECONDS", 30, 1, 1 << 20, "scripts/test.sh: seconds per fuzz target"),
       flag_bool("skip_asan", "", "DSV4_SKIP_ASAN", false, "scripts/test.sh: skip the sanitizer build"),
       flag_bool("skip_aarch64", "", "DSV4_SKIP_AARCH64", false, "scripts/test.sh: skip the aarch64 cross build and its qemu tests"),
+      flag_bool("skip_tsan", "", "DSV4_SKIP_TSAN", false, "scripts/test.sh: skip the ThreadSanitizer build"),
       flag_bool("setup_aarch64", "", "DSV4_SETUP_AARCH64", true, "scripts/setup.sh: install the aarch64 cross toolchain, qemu-user and arm64 libraries"),
       flag_bool("setup_browser", "", "DSV4_SETUP_BROWSER", true, "scripts/setup.sh: install Chromium for the web tests"),
   };
