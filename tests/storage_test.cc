@@ -351,6 +351,122 @@ TEST(StoreFaults, ReadSharesSplitTheExperts) {
   EXPECT_NEAR(measured.read_shares()[0] + measured.read_shares()[1], 1.0, 1e-9);
 }
 
+// Windows of at least two minimum pieces are read in pieces from both folders at once, in
+// proportion to the shares: every folder works on every expert (so the reads of a pass end
+// together), the bytes are the checkpoint's, and a piece that fails is read from another copy.
+TEST(StoreFaults, LargeWindowsAreSplitOverTheFolders) {
+  Copy primary("tiny-a"), mirror("tiny-a", "mirror");
+  Checkpoint ck = Checkpoint::open(primary.dir);
+  const int layers = ck.config().n_main_layers(), E = ck.config().n_routed_experts;
+  for (IoBackend backend : kBackends) {
+    SCOPED_TRACE(name(backend));
+    for (const std::vector<double>& shares : {std::vector<double>{1, 1}, std::vector<double>{3, 1}}) {
+      for (const std::string& failing : {std::string(), primary.dir, mirror.dir}) {
+        SCOPED_TRACE(shares[0]);
+        SCOPED_TRACE(failing);
+        ExpertStoreOptions o = store_options(backend);
+        o.mirrors = {mirror.dir};
+        o.read_shares = shares;
+        o.min_piece_bytes = 4096;
+        if (!failing.empty()) o.faults = IoFaults::parse("eio:count=0:path=" + failing + "/", "test");
+        ExpertStore store(ck, o);
+        for (int l = 0; l < layers; ++l)
+          for (int e = 0; e < E; ++e) {
+            expect_checkpoint_bytes(ck, store.acquire(l, e), l, e);
+            store.release(l, e);
+          }
+        const ExpertStats s = store.stats();
+        EXPECT_EQ(s.reads, uint64_t(layers * E));
+        EXPECT_EQ(s.read_failures, 0u);
+        ASSERT_EQ(s.folder_bytes.size(), 2u);
+        if (failing.empty()) {
+          // Every window (~28 KiB) in two pieces (3:1: but one whose quarter is under 4 KiB).
+          if (shares[0] == shares[1]) {
+            EXPECT_EQ(s.read_pieces, 2 * s.read_windows);
+          } else {
+            EXPECT_GT(s.read_pieces, 2 * s.read_windows - 4);
+          }
+          EXPECT_EQ(s.read_requests, s.read_pieces);
+          EXPECT_EQ(s.read_retries, 0u);
+          EXPECT_EQ(s.folder_bytes[0] + s.folder_bytes[1], s.bytes_read);
+          // In proportion to the shares, up to the 4 KiB grid of each cut.
+          const double first = double(s.folder_bytes[0]) / double(s.bytes_read);
+          EXPECT_NEAR(first, shares[0] / (shares[0] + shares[1]), 4096.0 / (double(s.bytes_read) / s.reads));
+        } else {
+          // Each window once more, whole from the other folder (an expert over two shards
+          // finds its second window's failing copy on the second try).
+          EXPECT_GE(s.read_retries, s.reads);
+          EXPECT_LE(s.read_retries, s.read_windows);
+          EXPECT_EQ(s.folder_bytes[failing == primary.dir ? 0 : 1], 0u);
+          EXPECT_EQ(s.folder_bytes[failing == primary.dir ? 1 : 0], s.bytes_read);
+        }
+      }
+    }
+  }
+}
+
+// Windows too small to split go whole to the folder with the least queued bytes: four reads
+// started at once are shared two and two, whatever the experts' preferred folders.
+TEST(StoreFaults, WholeWindowsGoToTheLeastLoadedFolder) {
+  Copy primary("tiny-a"), mirror("tiny-a", "mirror");
+  Checkpoint ck = Checkpoint::open(primary.dir);
+  for (IoBackend backend : kBackends) {
+    SCOPED_TRACE(name(backend));
+    ExpertStoreOptions o = store_options(backend, 8);
+    o.mirrors = {mirror.dir};
+    o.read_shares = {1, 1};
+    o.queue_depth = 4;
+    ExpertStore store(ck, o);
+    const int layer = 3;
+    const std::vector<int> experts = {0, 1, 2, 3};
+    int preferred_first = 0;
+    for (int e : experts) preferred_first += store.folder_of(layer, e) == 0;
+    store.prefetch(layer, experts);
+    for (int e : experts) {
+      expect_checkpoint_bytes(ck, store.acquire(layer, e), layer, e);
+      store.release(layer, e);
+    }
+    const ExpertStats s = store.stats();
+    EXPECT_EQ(s.read_pieces, s.read_windows);  // whole windows
+    const uint64_t window = s.bytes_read / s.reads;
+    EXPECT_GT(s.folder_bytes[0], window) << preferred_first;  // two each (sizes differ by a few KiB)
+    EXPECT_GT(s.folder_bytes[1], window) << preferred_first;
+    EXPECT_LT(s.folder_bytes[0], 3 * window);
+  }
+}
+
+// A bad scale in one copy, wherever the cut between the pieces falls: the copy whose piece
+// brought the bad byte is blamed, and the read is served by the other copy with the
+// checkpoint's bytes. (Blaming the wrong copy would leave only the corrupt one to retry on.)
+TEST(StoreFaults, ABadScaleBlamesThePieceThatBroughtIt) {
+  Copy clean("tiny-a", "clean");
+  const Checkpoint want = Checkpoint::open(clean.dir);
+  const ExpertLocation loc = locate_expert(want, 2, 5);
+  uint64_t retried = 0;
+  for (int part : {1, 3, 5}) {
+    for (bool at_end : {false, true}) {
+      for (bool in_mirror : {false, true}) {
+        SCOPED_TRACE(fmt::format("part {} {} in {}", part, at_end ? "end" : "start", in_mirror ? "mirror" : "primary"));
+        Copy primary("tiny-a"), mirror("tiny-a", "mirror");
+        const uint64_t byte = loc.parts[part].offset + (at_end ? loc.parts[part].bytes - 1 : 0);
+        const std::string name = fs::path(loc.parts[part].shard->path()).filename().string();
+        poke((in_mirror ? mirror.dir : primary.dir) + "/" + name, byte, 0xFF);
+        Checkpoint ck = Checkpoint::open(primary.dir);
+        ExpertStoreOptions o = store_options(IoBackend::kUring);
+        o.mirrors = {mirror.dir};
+        o.read_shares = {1, 1};
+        o.min_piece_bytes = 4096;
+        ExpertStore store(ck, o);
+        expect_checkpoint_bytes(want, store.acquire(2, 5), 2, 5);
+        store.release(2, 5);
+        EXPECT_EQ(store.stats().read_failures, 0u);
+        retried += store.stats().read_retries;
+      }
+    }
+  }
+  EXPECT_EQ(retried, 6u);  // each bad byte came from the corrupt copy in one case of its pair
+}
+
 // ---- shards that change under the engine ------------------------------------------------------
 
 // Truncated in place: refused (even reads that would still find their bytes) with a line
@@ -683,12 +799,13 @@ TEST(StorageFaults, AtEveryPointOfAStreamedGeneration) {
         faults->clear();
         EXPECT_EQ(greedy(*engine, prompt, 6).tokens, uses.tokens);  // the next request works
 
-        // With a mirror the failing read is served there: same tokens, no error.
+        // With a mirror the failing read is served there: same tokens, no error. (Every read
+        // tries the checkpoint's folder first, so the fault is met.)
         LoadOptions with_mirror = streamed(backend, IoFaults::parse(fault_on_expert(ck, kind, expert.first,
                                                                                       expert.second, ":count=0"),
                                                                       "test"));
         with_mirror.store.mirrors = {mirror.dir};
-        with_mirror.store.read_shares = {1, 1};
+        with_mirror.store.read_shares = {1, 0};
         auto mirrored = load_engine(primary.dir, with_mirror).engine;
         EXPECT_EQ(greedy(*mirrored, prompt, 6).tokens, uses.tokens);
         EXPECT_GE(mirrored->experts().stats().read_retries, 1u);
@@ -740,8 +857,9 @@ TEST(StorageFaults, AFailedVerifyPassRewindsTheSession) {
   }
 }
 
-// Logits with mirrors (reads split between folders, and with every read of the checkpoint's
-// folder failing) are bit-identical to the resident ones, on every fixture.
+// Logits with mirrors (experts shared between the folders whole, or each read in pieces from
+// both, and with every read of the checkpoint's folder failing) are bit-identical to the
+// resident ones, on every fixture.
 TEST(StorageFaults, MirrorsGiveBitIdenticalLogits) {
   for (const char* fixture_name : {"tiny-a", "flashlike"}) {
     SCOPED_TRACE(fixture_name);
@@ -752,11 +870,14 @@ TEST(StorageFaults, MirrorsGiveBitIdenticalLogits) {
     resident.threads = 1;
     const std::vector<float> want = score(*test::open_engine(primary.dir, resident), tokens);
     const Checkpoint ck = Checkpoint::open(primary.dir);
-    for (bool failing : {false, true}) {
+    for (const char* mode : {"whole", "split", "failing"}) {
+      SCOPED_TRACE(mode);
+      const bool failing = std::string(mode) == "failing";
       auto faults = std::make_shared<IoFaults>();
       LoadOptions o = streamed(IoBackend::kAuto, faults);
       o.store.mirrors = {mirror.dir};
       o.store.read_shares = {1, 1};
+      if (std::string(mode) != "whole") o.store.min_piece_bytes = 4096;  // windows in pieces from both folders
       auto engine = load_engine(primary.dir, o).engine;
       // The checkpoint's drive fails after the load: every read of its expert shards fails.
       // (The embedding's shard is left alone: embedding rows are read from the checkpoint's
@@ -770,13 +891,17 @@ TEST(StorageFaults, MirrorsGiveBitIdenticalLogits) {
       }
       const std::vector<float> got = score(*engine, tokens);
       ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << (failing ? "failing" : "split");
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+      const ExpertStats st = engine->experts().stats();
+      ASSERT_EQ(st.folder_bytes.size(), 2u);
+      EXPECT_GT(st.folder_bytes[1], 0u);  // the mirror served reads
       if (!failing) {
-        auto* store = dynamic_cast<ExpertStore*>(&engine->experts());
-        ASSERT_NE(store, nullptr);
-        int from_mirror = 0;
-        for (int e = 0; e < engine->config().n_routed_experts; ++e) from_mirror += store->folder_of(1, e) == 1;
-        EXPECT_GT(from_mirror, 0);
+        EXPECT_GT(st.folder_bytes[0], 0u);
+      }
+      if (std::string(mode) == "whole") {
+        EXPECT_EQ(st.read_pieces, st.read_windows);
+      } else if (std::string(mode) == "split") {
+        EXPECT_GT(st.read_pieces, st.read_windows);
       }
     }
   }

@@ -105,7 +105,8 @@ nlohmann::ordered_json stats_json(const ExpertStats& s) {
           {"bytes_read", s.bytes_read},     {"demand_reads", s.demand_reads},
           {"predicted_reads", s.predicted_reads}, {"predicted_unused", s.predicted_unused},
           {"expected_reads", s.expected_reads}, {"read_requests", s.read_requests},
-          {"read_windows", s.read_windows}, {"read_retries", s.read_retries},
+          {"read_windows", s.read_windows}, {"read_pieces", s.read_pieces},
+          {"read_retries", s.read_retries},
           {"read_failures", s.read_failures},
           {"stalls", s.stalls},             {"read_seconds", s.read_seconds},
           {"blocked_seconds", s.blocked_seconds}, {"read_gbps", s.read_gbps()}};
@@ -496,6 +497,7 @@ int bench_model(const BenchModelOptions& o) {
     d["early_hash_reads"] = o.early_hash_reads;
     d["read_requests_per_expert"] = decode.requests_per_read();
     d["layout_requests_per_expert"] = decode.reads ? double(decode.read_windows) / double(decode.reads) : 0.0;
+    d["pieces_per_expert"] = decode.reads ? double(decode.read_pieces) / double(decode.reads) : 0.0;
     d["decode_s_per_token_median"] = median(step_s);
     d["decode_step_s"] = step_s;
     d["decode_blocked_s_per_token"] = blocked_per_token;
@@ -503,6 +505,13 @@ int bench_model(const BenchModelOptions& o) {
     d["decode_vs_floor"] = floor_s > 0 ? decode_s_per_token / floor_s : 0.0;
     d["decode_vs_io_bound"] = io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0;
     d["achieved_read_gbps"] = decode.read_gbps();
+    d["decode_read_seconds_per_token"] = decode.read_seconds / G;
+    d["folder_bytes_per_token"] = nlohmann::ordered_json::array();
+    d["folder_busy_s_per_token"] = nlohmann::ordered_json::array();
+    for (size_t f = 0; f < decode.folder_bytes.size(); ++f) {
+      d["folder_bytes_per_token"].push_back(double(decode.folder_bytes[f]) / G);
+      d["folder_busy_s_per_token"].push_back(decode.folder_busy_seconds[f] / G);
+    }
     d["ssd_probe_gbps"] = {ssd_before.gbps(), ssd_after.gbps()};
     d["ssd_probe_direct"] = ssd_before.direct && ssd_after.direct;
     d["prefill_stats"] = stats_json(prefill);
@@ -533,8 +542,23 @@ int bench_model(const BenchModelOptions& o) {
              "{} predicted reads ({} unused), {} read on demand\n",
              100 * decode.hit_rate(), bytes_per_token / 1e6, decode.read_gbps(), blocked_per_token,
              decode.predicted_reads, decode.predicted_unused, decode.demand_reads);
-  fmt::print("reads        {:.2f} read requests per expert (the shard layout allows {:.2f}), {} retried, {} failed\n",
+  if (decode.folder_bytes.size() > 1) {
+    // How evenly the folders share the reads: each one's bytes and busy time per token, against
+    // the store's time with any read in flight.
+    std::string line = fmt::format("folders      store busy {:.3f} s/token;", decode.read_seconds / G);
+    for (size_t f = 0; f < decode.folder_bytes.size(); ++f) {
+      const double busy = decode.folder_busy_seconds[f];
+      line += fmt::format(" {}: {:.1f} MB/token, busy {:.3f} s/token ({:.2f} GB/s while busy)", f,
+                          double(decode.folder_bytes[f]) / G / 1e6, busy / G,
+                          busy > 0 ? double(decode.folder_bytes[f]) / busy / 1e9 : 0.0);
+    }
+    fmt::print("{}\n", line);
+  }
+  fmt::print("reads        {:.2f} read requests per expert (the shard layout allows {:.2f}; {:.2f} pieces over {} "
+             "folder{}), {} retried, {} failed\n",
              decode.requests_per_read(), decode.reads ? double(decode.read_windows) / double(decode.reads) : 0.0,
+             decode.reads ? double(decode.read_pieces) / double(decode.reads) : 0.0,
+             std::max<size_t>(1, decode.folder_bytes.size()), decode.folder_bytes.size() > 1 ? "s" : "",
              decode.read_retries, decode.read_failures);
   fmt::print("i/o bound    {:.3f} s/token (bytes read / SSD bandwidth); decode / i/o bound = {:.2f}\n", io_bound_s,
              io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0);

@@ -39,11 +39,16 @@ struct ExpertStats {
   uint64_t expected_reads = 0;    // reads started by expect() (certain: hash-routed layers)
   uint64_t read_requests = 0;     // read syscalls / io_uring reads behind those reads (retries included)
   uint64_t read_windows = 0;      // the fewest requests the shard layout allows for them
+  uint64_t read_pieces = 0;       // requests the store asked for them (windows split over folders)
   uint64_t read_retries = 0;      // expert reads repeated on another copy or a reopened shard
   uint64_t read_failures = 0;     // expert reads that failed on every copy
   uint64_t stalls = 0;            // acquire() calls that had to wait for a read
   double read_seconds = 0;        // wall time with at least one read in flight
   double blocked_seconds = 0;     // time the compute thread waited in acquire()
+  // Per folder (the checkpoint's first, then each mirror; empty for one folder's resident
+  // experts): bytes of completed reads served from it, and wall time it had a read in flight.
+  std::vector<uint64_t> folder_bytes;
+  std::vector<double> folder_busy_seconds;
 
   double hit_rate() const { return requests ? double(hits) / double(requests) : 0.0; }
   double requests_per_read() const { return reads ? double(read_requests) / double(reads) : 0.0; }
@@ -99,9 +104,10 @@ ExpertWeights expert_views(const Checkpoint& ck, const uint8_t* base, const uint
 ExpertWeights expert_views(const ModelConfig& c, const uint8_t* base, const uint64_t offsets[6]);
 
 // Empty, or which of the expert's E8M0 scales is out of range (value_check.h: NaN or above
-// 2^32), naming the tensor; `part` (optional) is set to the bad part in ExpertLocation order.
+// 2^32), naming the tensor; `part` (optional) is set to the bad part in ExpertLocation order
+// and `index` (optional) to the bad scale's byte within it.
 std::string expert_scale_problem(const ModelConfig& c, int layer, int expert, const ExpertWeights& w,
-                                 int* part = nullptr);
+                                 int* part = nullptr, int64_t* index = nullptr);
 
 // Reads every routed expert into RAM at start-up (validating their scales). Simple and fast
 // when the model fits. The main layers' experts; the MTP layer's are only read when something

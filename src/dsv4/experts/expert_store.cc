@@ -71,28 +71,21 @@ std::vector<ShardFiles::Source> shard_sources(const Checkpoint& ck, const std::v
   return sources;
 }
 
-// The reads that bring one expert's windows into the slot memory at `base`, each window from
-// the copy `copy_for(window)` names; a window it names no copy for (-1) is left out.
-template <typename CopyFor>
-std::vector<ReadOp> expert_reads(const ShardFiles& files, const ExpertReadPlan& plan, uint8_t* base, CopyFor copy_for) {
-  std::vector<ReadOp> ops;
-  ops.reserve(plan.windows.size());
-  for (const ReadWindow& w : plan.windows) {
-    const int copy = copy_for(w);
-    if (copy < 0) continue;
-    const ShardFiles::Fds fds = files.fds(copy);
-    ReadOp op;
-    op.fd = fds.read_fd;
-    op.buffered_fd = fds.buffered_fd;
-    op.shard = copy;
-    op.path = fds.path;
-    op.offset = w.file_offset;
-    op.length = w.length;
-    op.needed = w.needed;
-    op.dst = base + w.slot_offset;
-    ops.push_back(op);
-  }
-  return ops;
+// One read request: `length` bytes (`needed` of them must arrive) of `copy` at `file_offset`
+// into `dst`.
+ReadOp read_op(const ShardFiles& files, int copy, uint64_t file_offset, uint64_t length, uint64_t needed,
+               uint8_t* dst) {
+  const ShardFiles::Fds fds = files.fds(copy);
+  ReadOp op;
+  op.fd = fds.read_fd;
+  op.buffered_fd = fds.buffered_fd;
+  op.shard = copy;
+  op.path = fds.path;
+  op.offset = file_offset;
+  op.length = length;
+  op.needed = needed;
+  op.dst = dst;
+  return op;
 }
 
 }  // namespace
@@ -139,6 +132,11 @@ ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options
         }
   }
   const int folders = files_->folder_count();
+  folder_in_flight_.assign(static_cast<size_t>(folders), 0);
+  folder_busy_since_.assign(static_cast<size_t>(folders), 0.0);
+  folder_queued_.assign(static_cast<size_t>(folders), 0);
+  stats_.folder_bytes.assign(static_cast<size_t>(folders), 0);
+  stats_.folder_busy_seconds.assign(static_cast<size_t>(folders), 0.0);
   if (!options_.read_shares.empty() && static_cast<int>(options_.read_shares.size()) != folders)
     fail("--read-shares: {} shares given for {} folders (-m DIR's, then each --mirror)", options_.read_shares.size(),
          folders);
@@ -214,12 +212,11 @@ std::vector<double> ExpertStore::measure_shares() {
       const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
       uint8_t* base = slot_memory_.data() + static_cast<size_t>(i % depth) * slot_bytes_;
       // A window of a shard this folder lacks is not part of its measure.
-      std::vector<ReadOp> ops = expert_reads(*files_, plan, base, [&](const ReadWindow& w) {
-        int copy = -1;
+      std::vector<ReadOp> ops;
+      for (const ReadWindow& w : plan.windows)
         for (int c : files_->copies_of(w.shard))
-          if (files_->folder_of(c) == f) copy = c;
-        return copy;
-      });
+          if (files_->folder_of(c) == f)
+            ops.push_back(read_op(*files_, c, w.file_offset, w.length, w.needed, base + w.slot_offset));
       for (const ReadOp& op : ops) bytes += op.length;
       std::unique_lock<std::mutex> lock(m);
       cv.wait(lock, [&] { return in_flight < depth; });
@@ -328,32 +325,93 @@ void ExpertStore::start_read(int v, int32_t k, Origin origin, Submissions& out) 
   }
 }
 
+void ExpertStore::plan_pieces(int32_t k, const ReadWindow& w, const std::vector<int>& usable,
+                              std::vector<Piece>& out) const {
+  // Each usable copy's weight: its folder's share (all equal when none of them has one).
+  const size_t n = usable.size();
+  std::vector<double> weight(n), split(n);
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += weight[i] = shares_[files_->folder_of(usable[i])];
+  if (!(total > 0)) {
+    std::fill(weight.begin(), weight.end(), 1.0);
+    total = double(n);
+  }
+  // The window is split over the folders in proportion to their weights, leaving out a
+  // folder whose piece would be under the minimum (requests that small waste a drive's time).
+  const uint64_t min_piece = std::max<uint64_t>(options_.min_piece_bytes, kDirectAlign);
+  double split_total = 0;
+  int sharing = 0;
+  for (size_t i = 0; i < n; ++i) {
+    split[i] = double(w.needed) * weight[i] / total >= double(min_piece) ? weight[i] : 0.0;
+    split_total += split[i];
+    sharing += split[i] > 0;
+  }
+  if (sharing < 2) {
+    // Whole, from the copy whose folder would finish it first (its queued bytes and this
+    // window's over its weight); ties go to the folder the expert prefers, then the first copy.
+    const int preferred = folder_of(k / n_experts_, k % n_experts_);
+    int pick = -1;
+    double pick_end = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (weight[i] <= 0) continue;
+      const int f = files_->folder_of(usable[i]);
+      const double end = double(folder_queued_[f] + w.length) / weight[i];
+      if (pick < 0 || end < pick_end || (end == pick_end && f == preferred)) {
+        pick = usable[i];
+        pick_end = end;
+      }
+    }
+    out.push_back({pick, -1, files_->folder_of(pick), w.slot_offset, w.length, w.file_offset, w.needed});
+    return;
+  }
+  // Cut at 4 KiB boundaries (O_DIRECT); the last piece takes the slack past `needed`.
+  uint64_t at = 0;
+  double cumulative = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (split[i] <= 0) continue;
+    cumulative += split[i];
+    const bool last = --sharing == 0;
+    const uint64_t cut = uint64_t(double(w.needed) * cumulative / split_total) / kDirectAlign * kDirectAlign;
+    const uint64_t end = last ? w.needed : std::min(cut, w.needed);
+    if (end <= at) continue;
+    out.push_back({usable[i], -1, files_->folder_of(usable[i]), w.slot_offset + at, (last ? w.length : end) - at,
+                   w.file_offset + at, end - at});
+    at = end;
+  }
+}
+
 bool ExpertStore::issue(int v, Submissions& out) {
   Slot& s = slots_[v];
   const int32_t k = s.key;
   const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
-  const int preferred = folder_of(k / n_experts_, k % n_experts_);
   auto bad = [&](int c) { return std::find(s.bad_copies.begin(), s.bad_copies.end(), c) != s.bad_copies.end(); };
-  uint8_t* base = slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_;
-  std::vector<ReadOp> ops = expert_reads(*files_, plan, base, [&](const ReadWindow& w) {
-    // The preferred folder's copy, else any copy not refused, else any not yet failed
-    // (reading a refused copy re-checks it, which reopens a shard restored meanwhile).
-    int pick = -1, fallback = -1;
+  std::vector<Piece> pieces;
+  std::vector<int> usable;
+  for (const ReadWindow& w : plan.windows) {
+    // The copies not failed and not refused, else the first not yet failed (reading a
+    // refused copy re-checks it, which reopens a shard restored meanwhile).
+    usable.clear();
+    int fallback = -1;
     for (int c : files_->copies_of(w.shard)) {
       if (bad(c)) continue;
       if (fallback < 0) fallback = c;
-      if (files_->refused(c)) continue;
-      if (pick < 0 || files_->folder_of(c) == preferred) pick = c;
+      if (!files_->refused(c)) usable.push_back(c);
     }
-    return pick < 0 ? fallback : pick;
-  });
-  if (ops.size() < plan.windows.size()) return false;  // a window has no copy left to try
-  s.copies.clear();
-  s.fds.clear();
-  for (const ReadOp& op : ops) {
-    s.copies.push_back(op.shard);
-    s.fds.push_back(op.fd);
+    if (fallback < 0) return false;  // no copy left to try
+    if (usable.empty()) usable.push_back(fallback);
+    plan_pieces(k, w, usable, pieces);
   }
+  uint8_t* base = slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_;
+  std::vector<ReadOp> ops;
+  const double now = now_seconds();
+  for (Piece& p : pieces) {
+    ops.push_back(read_op(*files_, p.copy, p.file_offset, p.length, p.needed, base + p.slot_offset));
+    p.fd = ops.back().fd;
+    if (folder_in_flight_[p.folder]++ == 0) folder_busy_since_[p.folder] = now;
+    folder_queued_[p.folder] += p.length;
+  }
+  stats_.read_pieces += pieces.size();
+  s.pieces = std::move(pieces);
   out.push_back({make_tag(v, k), std::move(ops)});
   return true;
 }
@@ -398,6 +456,15 @@ void ExpertStore::finish_read(Slot& s) {
   if (s.origin == Origin::kPredict) --loading_predicted_;
 }
 
+void ExpertStore::pieces_done(const Slot& s, bool success) {
+  const double now = now_seconds();
+  for (const Piece& p : s.pieces) {
+    if (--folder_in_flight_[p.folder] == 0) stats_.folder_busy_seconds[p.folder] += now - folder_busy_since_[p.folder];
+    folder_queued_[p.folder] -= p.length;
+    if (success) stats_.folder_bytes[p.folder] += p.length;
+  }
+}
+
 void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
   const int v = tag_slot(tag);
   const int32_t k = tag_key(tag);
@@ -406,24 +473,23 @@ void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
 
   // Outside the cache lock: the slot is ours while it loads. Which copies served it, and
   // are they still the files we validated (size, header, same inode)?
-  std::vector<int> copies, fds;
+  std::vector<Piece> pieces;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    copies = slots_[v].copies;
-    fds = slots_[v].fds;
+    pieces = slots_[v].pieces;
   }
   files_->check_now_and_then(now_seconds());
   bool retry = false;
   int bad_copy = -1;
   std::string problem;
-  for (size_t i = 0; i < copies.size(); ++i) {
+  for (const Piece& p : pieces) {
     std::string why;
-    const bool failed = !outcome.error.empty() && outcome.failed_shard == copies[i];
-    const ShardFiles::Verdict verdict = files_->after_read(copies[i], fds[i], failed, &why);
+    const bool failed = !outcome.error.empty() && outcome.failed_shard == p.copy;
+    const ShardFiles::Verdict verdict = files_->after_read(p.copy, p.fd, failed, &why);
     if (verdict == ShardFiles::Verdict::kRetry) {
       retry = true;  // reopened (or rewritten with the same header): read it again
     } else if (bad_copy < 0 && (verdict == ShardFiles::Verdict::kRefused || failed)) {
-      bad_copy = copies[i];
+      bad_copy = p.copy;
       problem = verdict == ShardFiles::Verdict::kRefused ? why : outcome.error;
     }
   }
@@ -432,15 +498,14 @@ void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
     const ExpertReadPlan& at = layout_.plan(k / n_experts_, k % n_experts_);
     const ExpertWeights w =
         expert_views(config_, slot_memory_.data() + static_cast<size_t>(v) * slot_bytes_, at.part_offsets);
-    problem = expert_scale_problem(config_, k / n_experts_, k % n_experts_, w, &part);
+    int64_t index = 0;
+    problem = expert_scale_problem(config_, k / n_experts_, k % n_experts_, w, &part, &index);
     if (!problem.empty()) {
-      // Blame the copy whose window holds the bad part.
-      const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
-      for (size_t i = 0; i < plan.windows.size() && i < copies.size(); ++i) {
-        const ReadWindow& w = plan.windows[i];
-        if (plan.part_offsets[part] >= w.slot_offset && plan.part_offsets[part] < w.slot_offset + w.length)
-          bad_copy = copies[i];
-      }
+      // Blame the copy whose piece holds the bad byte.
+      const uint64_t byte = at.part_offsets[part] + static_cast<uint64_t>(index);
+      for (const Piece& p : pieces)
+        if (byte >= p.slot_offset && byte < p.slot_offset + p.length) bad_copy = p.copy;
+      if (bad_copy < 0) bad_copy = pieces.front().copy;  // (every byte of the slot's parts is in a piece)
       problem = fmt::format("{}: {}", *files_->fds(bad_copy).path, problem);
     }
   }
@@ -449,6 +514,7 @@ void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
   std::unique_lock<std::mutex> lock(mutex_);
   Slot& s = slots_[v];
   stats_.read_requests += outcome.requests;
+  pieces_done(s, bad_copy < 0 && !retry);
   bool again = false;
   if (bad_copy >= 0 || (retry && s.retries >= kMaxRetries)) {
     if (bad_copy < 0) problem = "the shard kept changing while it was read";
@@ -633,7 +699,10 @@ void ExpertStore::release(int layer, int expert) {
 ExpertStats ExpertStore::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   ExpertStats s = stats_;
-  if (loading_ > 0) s.read_seconds += now_seconds() - busy_since_;
+  const double now = now_seconds();
+  if (loading_ > 0) s.read_seconds += now - busy_since_;
+  for (size_t f = 0; f < folder_in_flight_.size(); ++f)
+    if (folder_in_flight_[f] > 0) s.folder_busy_seconds[f] += now - folder_busy_since_[f];
   return s;
 }
 

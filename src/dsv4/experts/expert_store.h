@@ -15,10 +15,14 @@
 // Eviction is least-recently-used among slots that are neither pinned, reserved, nor
 // being read. Pinned experts are never evicted.
 //
-// Faults: each expert is read from one copy of its shard (the checkpoint's, or a mirror's,
-// chosen per expert in proportion to the folders' read shares); a read that fails, comes
-// back short, or lands in a shard that changed under the engine (shard_files.h) is retried
-// on another copy, and only when none is left does acquire() throw Error naming the expert,
+// Several folders (the checkpoint's and its mirrors): a large window of an expert is read in
+// pieces, one per folder in proportion to the folders' read shares, so every drive works on
+// every expert and the reads of one pass end together (whole experts per folder leave one
+// drive idle while the other finishes the pass's odd expert: 1.5x of one drive measured, not
+// 2x); a small window is read whole from the folder with the least queued bytes.
+// Faults: a piece that fails, comes back short, or lands in a shard that changed under the
+// engine (shard_files.h) makes the whole read retry without that copy (on the others), and
+// only when none is left does acquire() throw Error naming the expert,
 // its layer and the file. Values are checked when the bytes arrive: an E8M0 scale code
 // above kMaxScaleCode (scales over 2^32, NaN included) fails the read the same way. Only the
 // request that needed the expert fails; the next acquire() reads it again.
@@ -70,6 +74,10 @@ struct ExpertStoreOptions {
   // Share of the expert reads each folder serves (the checkpoint's folder first, then the
   // mirrors); empty: measured at start by reading a few experts from each folder.
   std::vector<double> read_shares;
+  // A window of at least twice this is read in pieces from several folders at once, in
+  // proportion to their shares (every folder works on every expert, so a pass's reads end
+  // together); smaller ones are read whole from the folder with the least queued work.
+  uint64_t min_piece_bytes = 1 << 20;
   std::shared_ptr<IoFaults> faults;  // test fault layer for the expert reads (null: none)
 };
 
@@ -95,12 +103,19 @@ class ExpertStore final : public ExpertProvider {
   bool direct_io() const { return files_->all_direct(); }  // every copy is read with O_DIRECT
   // The share of expert reads each folder serves (checkpoint's first, then mirrors).
   const std::vector<double>& read_shares() const { return shares_; }
-  // The folder expert (layer, e) is read from when nothing fails.
+  // The folder a whole-window read of expert (layer, e) prefers when the folders are equally
+  // loaded (a deterministic spread in proportion to the shares).
   int folder_of(int layer, int expert) const;
 
  private:
   enum class State : uint8_t { kFree, kLoading, kReady, kFailed };
   enum class Origin : uint8_t { kDemand, kPrefetch, kExpect, kPredict };
+  // One request of an expert's read: which copy (and descriptor) serves which bytes of the slot.
+  struct Piece {
+    int copy = -1, fd = -1, folder = 0;
+    uint64_t slot_offset = 0, length = 0;
+    uint64_t file_offset = 0, needed = 0;
+  };
   struct Slot {
     int32_t key = -1;  // layer * n_experts + expert
     State state = State::kFree;
@@ -112,9 +127,9 @@ class ExpertStore final : public ExpertProvider {
     bool unused_prediction = false;  // read by predict() or expect() and not yet acquired
     std::string error;
     ExpertWeights weights;
-    // The read in flight: the copy and descriptor of each window, the copies that failed
-    // it so far (tried elsewhere next) and what went wrong with them.
-    std::vector<int> copies, fds;
+    // The read in flight: its pieces (one per request), the copies that failed it so far
+    // (tried elsewhere next) and what went wrong with them.
+    std::vector<Piece> pieces;
     std::vector<int> bad_copies;
     std::string failures;
     int retries = 0;
@@ -132,13 +147,16 @@ class ExpertStore final : public ExpertProvider {
   };
   using Submissions = std::vector<Submission>;
   void start_read(int slot, int32_t key, Origin origin, Submissions& out);
-  // Picks a copy for each window (avoiding the slot's bad copies) and prepares the read;
-  // false when some window has no copy left to try.
+  // Picks the copies for each window (avoiding the slot's bad copies), splitting it over
+  // folders when it is large, and prepares the read; false when some window has no copy left.
   bool issue(int slot, Submissions& out);
+  // The window's pieces: [slot offset, length, needed, copy] from `usable` (copies of its shard).
+  void plan_pieces(int32_t key, const ReadWindow& w, const std::vector<int>& usable, std::vector<Piece>& out) const;
   void pump(Submissions& out);  // prepares queued reads while slots are available
   void submit(Submissions& out);
   void on_read_done(uint64_t tag, const ReadOutcome& outcome);
   void finish_read(Slot& s);  // bookkeeping when a slot's read ends, either way
+  void pieces_done(const Slot& s, bool success);  // per-folder bookkeeping when a try of a read ends
   void check_key(int layer, int expert) const;
   void note_buffered(const std::string& path);
   std::string expert_name(int32_t key) const;
@@ -164,6 +182,9 @@ class ExpertStore final : public ExpertProvider {
   int loading_predicted_ = 0;  // of which started by predict() (expect() reads count as needed)
   int predicted_unused_slots_ = 0;
   double busy_since_ = 0;
+  std::vector<int> folder_in_flight_;      // requests in flight per folder
+  std::vector<uint64_t> folder_queued_;    // bytes those requests read
+  std::vector<double> folder_busy_since_;  // when each folder's requests in flight began
   bool warned_buffered_ = false;
   ExpertStats stats_;
 

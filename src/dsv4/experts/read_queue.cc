@@ -35,14 +35,15 @@ std::string eof_error(const ReadOp& op, uint64_t at) {
                      at);
 }
 
-void note_refused(Job& job, int shard) {
-  for (int s : job.outcome.refused_direct)
+void note_refused(ReadOutcome& outcome, int shard) {
+  for (int s : outcome.refused_direct)
     if (s == shard) return;
-  job.outcome.refused_direct.push_back(shard);
+  outcome.refused_direct.push_back(shard);
 }
 
 // ---------------------------------------------------------------------------------------
-// pread workers.
+// pread workers. The ops of one job (an expert's pieces, which may lie in different folders)
+// are taken by different workers, so they are read at the same time as with io_uring.
 
 class ThreadReadQueue final : public ReadQueue {
  public:
@@ -64,52 +65,80 @@ class ThreadReadQueue final : public ReadQueue {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stop_) return;
-      queue_.push_back(Job{tag, std::move(ops), {}});
+      auto job = std::make_shared<Pending>();
+      job->job = Job{tag, std::move(ops), {}};
+      job->remaining = job->job.ops.size();
+      if (job->remaining == 0) queue_.push_back(Task{job, kNoOp});  // nothing to read: reported at once
+      for (size_t i = 0; i < job->job.ops.size(); ++i) queue_.push_back(Task{job, i});
     }
-    wake_.notify_one();
+    wake_.notify_all();
   }
   const char* name() const override { return "threads"; }
 
  private:
+  struct Pending {
+    Job job;
+    size_t remaining = 0;  // ops not yet finished (guarded by mutex_)
+  };
+  static constexpr size_t kNoOp = ~size_t{0};
+  struct Task {
+    std::shared_ptr<Pending> job;
+    size_t op = kNoOp;
+  };
+
   void work() {
     for (;;) {
-      Job job;
+      Task task;
+      bool skip = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
         if (stop_) return;  // queued jobs are dropped: their owner is going away
-        job = std::move(queue_.front());
+        task = std::move(queue_.front());
         queue_.pop_front();
+        skip = !task.job->job.outcome.error.empty();  // another op of the job failed: its read is lost anyway
       }
-      for (ReadOp& op : job.ops) {
-        if (!job.outcome.error.empty()) break;
-        read_op(job, op);
+      Job& job = task.job->job;
+      bool last = true;
+      if (task.op != kNoOp) {
+        ReadOutcome mine;
+        if (!skip) read_op(mine, job.ops[task.op]);
+        std::lock_guard<std::mutex> lock(mutex_);
+        ReadOutcome& all = job.outcome;
+        all.requests += mine.requests;
+        for (int shard : mine.refused_direct) note_refused(all, shard);
+        if (all.error.empty() && !mine.error.empty()) {
+          all.error = std::move(mine.error);
+          all.failed_shard = mine.failed_shard;
+        }
+        last = --task.job->remaining == 0;
       }
-      done_(job.tag, job.outcome);
+      // The last op's worker reports the job (every other op's outcome was merged under the lock).
+      if (last) done_(job.tag, job.outcome);
     }
   }
 
-  void read_op(Job& job, ReadOp& op) {
+  void read_op(ReadOutcome& outcome, ReadOp& op) {
     uint64_t got = 0;
     while (got < op.needed) {
       const uint64_t at = op.offset + got;
-      ++job.outcome.requests;
+      ++outcome.requests;
       const ssize_t n = faulty_pread(faults_.get(), *op.path, op.fd, op.dst + got, op.length - got, at);
       const int err = n < 0 ? errno : 0;
       if (n < 0 && err == EINTR) continue;
       if (n < 0 && err == EINVAL && op.fd != op.buffered_fd) {
         op.fd = op.buffered_fd;  // the kernel refused O_DIRECT here: read through the page cache
-        note_refused(job, op.shard);
+        note_refused(outcome, op.shard);
         continue;
       }
       if (n < 0) {
-        job.outcome.error = read_error(op, at, err);
-        job.outcome.failed_shard = op.shard;
+        outcome.error = read_error(op, at, err);
+        outcome.failed_shard = op.shard;
         return;
       }
       if (n == 0) {
-        job.outcome.error = eof_error(op, at);
-        job.outcome.failed_shard = op.shard;
+        outcome.error = eof_error(op, at);
+        outcome.failed_shard = op.shard;
         return;
       }
       got += static_cast<uint64_t>(n);
@@ -121,7 +150,7 @@ class ThreadReadQueue final : public ReadQueue {
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Job> queue_;
+  std::deque<Task> queue_;
   bool stop_ = false;
 };
 
@@ -232,7 +261,7 @@ class UringReadQueue final : public ReadQueue {
     if (res == -EINTR || res == -EAGAIN) return false;
     if (res == -EINVAL && op.fd != op.buffered_fd) {
       op.fd = op.buffered_fd;
-      note_refused(job, op.shard);
+      note_refused(job.outcome, op.shard);
       return false;
     }
     if (res < 0) {

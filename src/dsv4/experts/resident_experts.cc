@@ -41,11 +41,17 @@ ExpertStats ExpertStats::operator-(const ExpertStats& e) const {
   d.expected_reads = expected_reads - e.expected_reads;
   d.read_requests = read_requests - e.read_requests;
   d.read_windows = read_windows - e.read_windows;
+  d.read_pieces = read_pieces - e.read_pieces;
   d.read_retries = read_retries - e.read_retries;
   d.read_failures = read_failures - e.read_failures;
   d.stalls = stalls - e.stalls;
   d.read_seconds = read_seconds - e.read_seconds;
   d.blocked_seconds = blocked_seconds - e.blocked_seconds;
+  d.folder_bytes = folder_bytes;
+  d.folder_busy_seconds = folder_busy_seconds;
+  for (size_t f = 0; f < d.folder_bytes.size() && f < e.folder_bytes.size(); ++f) d.folder_bytes[f] -= e.folder_bytes[f];
+  for (size_t f = 0; f < d.folder_busy_seconds.size() && f < e.folder_busy_seconds.size(); ++f)
+    d.folder_busy_seconds[f] -= e.folder_busy_seconds[f];
   return d;
 }
 
@@ -70,13 +76,15 @@ ExpertWeights expert_views(const ModelConfig& c, const uint8_t* base, const uint
   return w;
 }
 
-std::string expert_scale_problem(const ModelConfig& c, int layer, int expert, const ExpertWeights& w, int* part) {
+std::string expert_scale_problem(const ModelConfig& c, int layer, int expert, const ExpertWeights& w, int* part,
+                                 int64_t* index) {
   static const char* kScales[3] = {"w1.scale", "w3.scale", "w2.scale"};
   const kernels::Matrix* m[3] = {&w.w1, &w.w3, &w.w2};
   for (int i = 0; i < 3; ++i) {
     const int64_t bad = find_bad_e8m0(m[i]->scales, m[i]->scale_bytes());
     if (bad < 0) continue;
     if (part) *part = 2 * i + 1;
+    if (index) *index = bad;
     return fmt::format("tensor {}ffn.experts.{}.{} holds the E8M0 scale {} at index {}; scales above 2^32 are refused",
                        layer_prefix(c, layer), expert, kScales[i], describe_e8m0(m[i]->scales[bad]), bad);
   }
