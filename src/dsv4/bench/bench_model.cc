@@ -538,7 +538,7 @@ int bench_model(const BenchModelOptions& o) {
              engine->threads(), fma_before, fma_after);
   fmt::print("decode       {} tokens, {:.3f} s/token (median {:.3f}), {:.2f} tok/s\n", o.gen_tokens,
              decode_s_per_token, median(step_s), G / decode_total);
-  fmt::print("experts      {:.1f}% hits, {:.1f} MB read/token at {:.2f} GB/s achieved, {:.3f} s/token blocked on I/O, "
+  fmt::print("experts      {:.1f}% hits, {:.1f} MB read/token at {:.3f} GB/s achieved, {:.3f} s/token blocked on I/O, "
              "{} predicted reads ({} unused), {} read on demand\n",
              100 * decode.hit_rate(), bytes_per_token / 1e6, decode.read_gbps(), blocked_per_token,
              decode.predicted_reads, decode.predicted_unused, decode.demand_reads);
