@@ -209,8 +209,9 @@ TEST(KernelReference, DotAndAxpyMatchDouble) {
   }
 }
 
-// Every SIMD path gives the scalar bits: all formats, both modes, ragged shapes, n = 1, 2, 3,
-// 17, 64 and 1 or 2 threads, with y written at a stride.
+// Every SIMD path gives the scalar bits: all formats, both modes, ragged shapes, n = 1 .. 5
+// (the matrix-vector kernels for a few rows, then the tiled ones), 17, 64 and 1 or 2 threads,
+// with y written at a stride.
 TEST(KernelPaths, BitExactAgainstScalar) {
   auto tables = simd_tables();
   if (tables.empty()) GTEST_SKIP() << "no SIMD path runs on this CPU";
@@ -224,8 +225,8 @@ TEST(KernelPaths, BitExactAgainstScalar) {
   for (WeightFormat f : kFormats) {
     for (const Shape& sh : shapes) {
       TestMatrix t = make_matrix(f, sh.rows, sh.cols, rng, Codes::kNormal);
-      for (int64_t n : {1, 2, 3, 17, 64}) {
-        if (sh.cols >= 2048 && n > 3) continue;  // keep the test fast
+      for (int64_t n : {1, 2, 3, 4, 5, 17, 64}) {
+        if (sh.cols >= 2048 && n > 5) continue;  // keep the test fast
         auto x = random_x(n, sh.cols, rng);
         for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
           auto want = run(s, t.m, x, n, num, nullptr, 3);
