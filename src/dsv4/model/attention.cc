@@ -81,37 +81,53 @@ void compressed_entries(const Pass& p, const LayerWeights& L, const float* x, La
   index_select(p, L.spec, *a.indexer, x, p.ws.qr.data(), states);
 }
 
-// softmax([s_0..s_{n-1}, sink]) with the sink column dropped, then o = sum_j p_j · kv_j, over
-// the rows row(0..n-1) in order: the window's positions ascending, then the entries.
+// For each of nh heads (queries q [nh, hd], outputs o [nh, hd], sinks [nh]): softmax([s_0..
+// s_{n-1}, sink]) with the sink column dropped, then o = sum_j p_j · kv_j, over the rows
+// row(0..n-1) in order: the window's positions ascending, then the entries. The heads share
+// the rows (one kv head), so the loops over rows are outermost: each row is fetched once per
+// block of heads and stays in L1 while their dots and axpys use it. Each head's scores, max,
+// sum and output still accumulate in row order exactly as for that head alone: the same bits.
 template <typename Row>
-void attend(const float* q, int n, const Row& row, int hd, float sink, float scale, float* o, float* s) {
-  float mx = sink;
+void attend(const float* q, int nh, int n, const Row& row, int hd, const float* sink, float scale, float* o,
+            float* s /* [nh, n] */) {
   for (int j = 0; j < n; ++j) {
-    s[j] = kernels::dot(q, row(j), hd) * scale;
-    mx = std::max(mx, s[j]);
+    const float* r = row(j);
+    for (int h = 0; h < nh; ++h) s[h * n + j] = kernels::dot(q + h * hd, r, hd) * scale;
   }
-  float denom = std::exp(sink - mx);
-  for (int j = 0; j < n; ++j) denom += (s[j] = std::exp(s[j] - mx));
-  std::fill(o, o + hd, 0.0f);
-  for (int j = 0; j < n; ++j) kernels::axpy(s[j] / denom, row(j), o, hd);
+  float denom[ForwardWorkspace::kAttendHeadBlock];
+  for (int h = 0; h < nh; ++h) {
+    float* sh = s + h * n;
+    float mx = sink[h];
+    for (int j = 0; j < n; ++j) mx = std::max(mx, sh[j]);
+    denom[h] = std::exp(sink[h] - mx);
+    for (int j = 0; j < n; ++j) denom[h] += (sh[j] = std::exp(sh[j] - mx));
+  }
+  std::fill(o, o + int64_t(nh) * hd, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    const float* r = row(j);
+    for (int h = 0; h < nh; ++h) kernels::axpy(s[h * n + j] / denom[h], r, o + h * hd, hd);
+  }
 }
 
-// Core attention of one part: its rows of ws.o [T, H, hd], one task per (token, head), so
-// every output is computed by one task; each chunk of tasks has its own slice of score scratch.
+// Core attention of one part: its rows of ws.o [T, H, hd], one task per (token, block of
+// kAttendHeadBlock heads), so every output is computed by one task; each chunk of tasks has its
+// own slice of score scratch.
 void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, int64_t n_prev) {
   const AttentionWeights& a = L.attn;
   ForwardWorkspace& ws = p.ws;
   const int H = p.c.num_heads, hd = p.c.head_dim, W = p.c.sliding_window, ratio = L.spec.compress_ratio;
-  const int64_t kv_base = p.pos0 - n_prev, n_items = p.T * H;
+  constexpr int kBlock = ForwardWorkspace::kAttendHeadBlock;
+  const int blocks = (H + kBlock - 1) / kBlock;
+  const int64_t kv_base = p.pos0 - n_prev, n_items = p.T * blocks;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Rope& rope = p.rope(L.spec);
   const CompressorState* comp = a.compressor ? &st.compressor : nullptr;
   const int64_t grain = (n_items + ws.scratch_slots - 1) / ws.scratch_slots;
   p.pool.parallel_for(n_items, grain, [&](int64_t i0, int64_t i1) {
-    float* scores = ws.attend_scores.data() + (i0 / grain) * ws.attend_rows;
+    float* scores = ws.attend_scores.data() + (i0 / grain) * kBlock * ws.attend_rows;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / H, pos = p.pos0 + t;
-      const int h = static_cast<int>(i % H);
+      const int64_t t = i / blocks, pos = p.pos0 + t;
+      const int h0 = static_cast<int>(i % blocks) * kBlock, nh = std::min(kBlock, H - h0);
       const int64_t first = std::max<int64_t>(0, pos - W + 1);
       const int n_window = static_cast<int>(pos - first + 1);
       const float* window = ws.kv_rows.data() + (first - kv_base) * hd;
@@ -128,9 +144,10 @@ void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, in
         const int64_t e = picks ? picks[j - n_window] : j - n_window;
         return comp->entries.data() + e * hd;
       };
-      float* oh = ws.o.data() + (p.row(t) * H + h) * hd;
-      attend(ws.q.data() + (p.row(t) * H + h) * hd, n_window + n_entries, row, hd, a.sink[h], scale, oh, scores);
-      rope.rotate(oh, hd, p.cos(L.spec, t), p.sin(L.spec, t), /*inverse=*/true);
+      float* o = ws.o.data() + (p.row(t) * H + h0) * hd;
+      attend(ws.q.data() + (p.row(t) * H + h0) * hd, nh, n_window + n_entries, row, hd, a.sink.data() + h0, scale, o,
+             scores);
+      for (int h = 0; h < nh; ++h) rope.rotate(o + h * hd, hd, p.cos(L.spec, t), p.sin(L.spec, t), /*inverse=*/true);
     }
   });
 }

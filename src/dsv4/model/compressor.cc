@@ -125,12 +125,15 @@ void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w,
       const int64_t visible = std::min<int64_t>(keys.n_entries, (pos + 1) / m);
       ws.pick_count[t] = 0;
       if (visible <= 0) continue;
+      // Each head's weight, scaled once per token rather than once per entry (the same product).
+      float* hw = head_weight + t * IH;
+      for (int h = 0; h < IH; ++h) hw[h] *= weight_scale;
       for (int64_t e = 0; e < visible; ++e) {
         const float* k = keys.entries.data() + e * Id;
         float s = 0.0f;
         for (int h = 0; h < IH; ++h) {
           float dot = kernels::dot(qt + h * Id, k, Id);
-          s += (std::max(dot, 0.0f) * score_scale) * (head_weight[t * IH + h] * weight_scale);
+          s += (std::max(dot, 0.0f) * score_scale) * hw[h];
         }
         scores[e] = s;
       }

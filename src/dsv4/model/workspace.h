@@ -69,7 +69,9 @@ struct ForwardWorkspace {
   std::vector<float> o;         // [T, H*hd]
   std::vector<float> og;        // [T, hd*H/G] one output group
   std::vector<float> z;         // [T, G*R]
-  std::vector<float> attend_scores;  // [scratch_slots, attend_rows]
+  std::vector<float> attend_scores;  // [scratch_slots, kAttendHeadBlock, attend_rows]
+  // Heads one attention task computes together (they share the token's kv rows).
+  static constexpr int kAttendHeadBlock = 8;
   // Compressor and lightning indexer.
   std::vector<float> comp_kv, comp_gate;  // [T, 2*hd]
   std::vector<PoolSlot> pool_slots;       // [2 * largest ratio]
