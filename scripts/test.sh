@@ -43,7 +43,7 @@ if [[ "${DSV4_SKIP_TSAN:-0}" != 1 ]]; then
   ninja -C build/tsan dsv4_tests
   step "thread sanitizer tests"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/dsv4_tests --gtest_brief=1 \
-    --gtest_filter='Fixtures/BatchPass.EveryStreamAsAlone/0:Fixtures/BatchPass.EveryStreamAsAlone/1:Fixtures/BatchThreads.GenerationsAsAlone/0:Fixtures/BatchThreads.GenerationsAsAlone/1:Fixtures/BatchThreads.GenerationsAsAlone/2:Fixtures/BatchThreads.GenerationsAsAlone/3:BatchFaults.*:ExpertStore.*:ReadQueue.*:MoeArrivalOrder.*'
+    --gtest_filter='Fixtures/BatchPass.EveryStreamAsAlone/0:Fixtures/BatchPass.EveryStreamAsAlone/1:Fixtures/BatchThreads.GenerationsAsAlone/0:Fixtures/BatchThreads.GenerationsAsAlone/1:Fixtures/BatchThreads.GenerationsAsAlone/2:Fixtures/BatchThreads.GenerationsAsAlone/3:Fixtures/BatchAdmission.*/0:BatchFaults.*:ExpertStore.*:ReadQueue.*:MoeArrivalOrder.*'
 fi
 
 if [[ "${DSV4_SKIP_AARCH64:-0}" != 1 ]]; then

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -39,8 +41,9 @@ void PrintTo(const Setup& s, std::ostream* os) {
       << (s.numerics == kernels::Numerics::kFast ? " fast" : " reference");
 }
 
-LoadedEngine open(const Setup& s, int64_t max_rows = 48) {
+LoadedEngine open(const Setup& s, int64_t max_rows = 48, int64_t prompt_rows = 4) {
   LoadOptions o;
+  o.engine.batch_prompt_rows = prompt_rows;
   o.engine.numerics = s.numerics;
   o.engine.threads = 2;
   o.engine.max_rows = max_rows;
@@ -277,6 +280,79 @@ INSTANTIATE_TEST_SUITE_P(
                                          Setup{"flashlike", "", kernels::Numerics::kFast},
                                          Setup{"flashlike", "min", kernels::Numerics::kReference}),
                        ::testing::Values(2, 8)));
+
+// A prompt admitted while another session decodes goes into the shared passes at most
+// batch_prompt_rows rows at a time (its chunk split over several passes), and both sessions
+// still get exactly what they get alone: the decoding stream's logits at every step, and every
+// row's logits of the prompt.
+class BatchAdmission : public ::testing::TestWithParam<Setup> {};
+
+TEST_P(BatchAdmission, APromptBesideADecodingStreamGoesInPartsOfTheRowBudget) {
+  constexpr int64_t kPromptRows = 3, kChunk = 16;
+  constexpr int kSteps = 40;
+  const auto setup = GetParam();
+  {
+    LoadedEngine loaded = open(setup, 48, kPromptRows);
+    Engine& e = *loaded.engine;
+    const int64_t V = e.config().vocab_size;
+    const auto ps = prompts(setup.fixture, 8);
+    const std::vector<int32_t>& decoder_prompt = ps[0];
+    std::vector<int32_t> admitted;  // 45 tokens: three chunks, the last one ragged
+    for (size_t i = 1; admitted.size() < 45; i = i % 7 + 1)
+      for (int32_t t : ps[i]) admitted.push_back(t);
+    admitted.resize(45);
+
+    auto decode = [&](std::vector<float>& seen, const std::function<void()>& after_first) {
+      SessionState s = e.new_session();
+      std::vector<float> logits(static_cast<size_t>(V));
+      e.forward(s, decoder_prompt, logits.data(), LogitRows::kLast, 5);
+      for (int i = 0; i < kSteps; ++i) {
+        seen.insert(seen.end(), logits.begin(), logits.end());
+        const int32_t next = argmax(logits);
+        e.forward(s, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
+        if (i == 0 && after_first) after_first();
+      }
+    };
+    auto admit = [&](std::vector<float>& rows) {
+      SessionState s = e.new_session();
+      rows.assign(admitted.size() * static_cast<size_t>(V), 0.0f);
+      e.forward(s, admitted, rows.data(), LogitRows::kAll, kChunk);
+    };
+    std::vector<float> decoded_alone, admitted_alone;
+    decode(decoded_alone, nullptr);
+    admit(admitted_alone);
+
+    const Engine::PassCounts before = e.pass_counts();
+    std::vector<float> decoded, admitted_rows;
+    {
+      Engine::BatchMember m1 = e.join_batch(), m2 = e.join_batch();
+      std::atomic<bool> decoding{false};
+      std::thread decoder([&, m = std::move(m1)]() mutable {
+        decode(decoded, [&] { decoding.store(true); });
+        m.leave();
+      });
+      std::thread admitter([&, m = std::move(m2)]() mutable {
+        while (!decoding.load()) std::this_thread::yield();
+        admit(admitted_rows);
+        m.leave();
+      });
+      decoder.join();
+      admitter.join();
+    }
+    const Engine::PassCounts after = e.pass_counts();
+    ASSERT_EQ(decoded.size(), decoded_alone.size());
+    EXPECT_EQ(std::memcmp(decoded.data(), decoded_alone.data(), decoded.size() * sizeof(float)), 0);
+    ASSERT_EQ(admitted_rows.size(), admitted_alone.size());
+    EXPECT_EQ(std::memcmp(admitted_rows.data(), admitted_alone.data(), admitted_rows.size() * sizeof(float)), 0);
+    EXPECT_GT(after.parts - before.parts, after.passes - before.passes) << "no pass was shared";
+    EXPECT_GE(after.widest_shared, 2u);
+    EXPECT_LE(after.widest_shared, static_cast<uint64_t>(1 + kPromptRows)) << "a shared pass carried a whole chunk";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchAdmission,
+                         ::testing::Values(Setup{"tiny-a", "min", kernels::Numerics::kFast},
+                                           Setup{"flashlike", "", kernels::Numerics::kFast}));
 
 // dsv4 run --batch: every line's answer is what `dsv4 run` gives for that prompt alone, in
 // input order, a bad line gets its error and the others still run.

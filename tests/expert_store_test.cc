@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dsv4/experts/expert_layout.h"
@@ -505,6 +506,90 @@ TEST(Planner, SlotsFromTheBudget) {
   WorkloadShape long_ctx;
   long_ctx.context_tokens = 1 << 20;
   EXPECT_GT(plan_memory(ck, parse_ram("min"), long_ctx).reserve_bytes, min.reserve_bytes);
+}
+
+// --chunk 0: the largest chunk the budget allows, up to the longest prompt.
+TEST(Planner, AutomaticChunk) {
+  Checkpoint ck = Checkpoint::open(fixture("flashlike"));
+  WorkloadShape w;
+  w.context_tokens = 1 << 16;
+  choose_chunk(w, 0, w.context_tokens);
+  EXPECT_TRUE(w.auto_chunk);
+  WorkloadShape base = w;  // the same workload at the base chunk
+  base.auto_chunk = false;
+  base.chunk_tokens = kAutoChunkTokens;
+  auto at = [&](uint64_t budget, int64_t chunk) {
+    WorkloadShape s = base;
+    s.chunk_tokens = chunk;
+    return plan_memory(ck, parse_ram(std::to_string(budget)), s);
+  };
+
+  // Every expert resident at the base chunk: the chunk grows while they stay resident.
+  const MemoryPlan resident_base = plan_memory(ck, parse_ram("4G"), base);
+  ASSERT_TRUE(resident_base.all_resident);
+  EXPECT_EQ(resident_base.chunk_tokens, kAutoChunkTokens);
+  EXPECT_FALSE(resident_base.chunk_chosen);
+  const uint64_t tight = resident_base.projected_peak() + 1000 * resident_base.workspace_row_bytes;
+  const MemoryPlan grown = plan_memory(ck, parse_ram(std::to_string(tight)), w);
+  EXPECT_TRUE(grown.all_resident);
+  EXPECT_TRUE(grown.chunk_chosen);
+  EXPECT_GT(grown.chunk_tokens, kAutoChunkTokens + 500);
+  EXPECT_LE(grown.projected_peak(), grown.budget);
+  EXPECT_EQ(grown.reserve_bytes, at(tight, grown.chunk_tokens).reserve_bytes);
+  EXPECT_TRUE(at(tight, grown.chunk_tokens).all_resident);
+  EXPECT_FALSE(at(tight, grown.chunk_tokens + 1).all_resident);  // the largest that keeps them
+  // A budget with room to spare: the whole context in one pass.
+  const MemoryPlan whole = plan_memory(ck, parse_ram("4G"), w);
+  EXPECT_EQ(whole.chunk_tokens, w.context_tokens);
+  EXPECT_TRUE(whole.all_resident);
+
+  // Streamed: the workspace may take half of the base plan's expert cache, no more.
+  const MemoryPlan min = plan_memory(ck, parse_ram("min"), base);
+  const uint64_t streamed_budget = min.budget + 40 * min.slot_bytes;
+  const MemoryPlan streamed_base = at(streamed_budget, kAutoChunkTokens);
+  const MemoryPlan streamed = plan_memory(ck, parse_ram(std::to_string(streamed_budget)), w);
+  ASSERT_FALSE(streamed_base.all_resident);
+  EXPECT_FALSE(streamed.all_resident);
+  EXPECT_GT(streamed.chunk_tokens, kAutoChunkTokens);
+  EXPECT_LT(streamed.chunk_tokens, w.context_tokens);
+  const uint64_t base_left = streamed_budget - streamed_base.dense_bytes - streamed_base.reserve_bytes;
+  EXPECT_LE(streamed.reserve_bytes - streamed_base.reserve_bytes, base_left / 2);
+  EXPECT_GT(at(streamed_budget, streamed.chunk_tokens + 1).reserve_bytes - streamed_base.reserve_bytes, base_left / 2);
+  EXPECT_GE(streamed.slots, streamed.min_slots);
+  EXPECT_LE(streamed.projected_peak(), streamed.budget);
+  // --ram min leaves nothing to grow into; a given --chunk is kept.
+  EXPECT_EQ(plan_memory(ck, parse_ram("min"), w).chunk_tokens, kAutoChunkTokens);
+  WorkloadShape given = w;
+  choose_chunk(given, 7, w.context_tokens);
+  EXPECT_EQ(plan_memory(ck, parse_ram("4G"), given).chunk_tokens, 7);
+  // A context shorter than the base: one pass.
+  WorkloadShape short_ctx = w;
+  short_ctx.context_tokens = 100;
+  EXPECT_EQ(plan_memory(ck, parse_ram("min"), short_ctx).chunk_tokens, 100);
+
+  // The plan line shows the chunk, the workspace and the session state per token of context.
+  const std::string line = streamed.summary();
+  EXPECT_NE(line.find(fmt::format("chunk {} rows auto", streamed.chunk_tokens)), std::string::npos) << line;
+  EXPECT_NE(line.find("B/token"), std::string::npos) << line;
+  EXPECT_NE(line.find("/row"), std::string::npos) << line;
+}
+
+// The session state the planner reserves per token of context, against what a session fed
+// that many tokens holds.
+TEST(Planner, SessionBytesPerToken) {
+  auto engine = test::open_engine(fixture("flashlike"), EngineOptions{});
+  const ModelConfig& c = engine->config();
+  const double per_token = SessionState::bytes_per_token(c);
+  EXPECT_GT(per_token, sizeof(int32_t));  // compressed layers add entries
+  // 1024 is a multiple of every ratio (4, 128): no rounding between the two.
+  EXPECT_EQ(double(SessionState::bytes_at(c, 2048) - SessionState::bytes_at(c, 1024)), 1024 * per_token);
+  SessionState s = engine->new_session();
+  const uint64_t fresh = s.used_bytes();
+  std::vector<int32_t> tokens(256);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i % 97) + 3;
+  engine->forward(s, tokens, nullptr, LogitRows::kLast);
+  EXPECT_EQ(double(s.used_bytes() - fresh), 256 * per_token);
+  EXPECT_LE(s.bytes(), SessionState::bytes_at(c, engine->context_limit()));
 }
 
 // --ram on the commands that load a model: the plan line, the refusal, identical output.

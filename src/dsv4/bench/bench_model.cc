@@ -346,7 +346,7 @@ int bench_model(const BenchModelOptions& o) {
   const IoBackend backend = parse_io_backend(o.model.io);
   WorkloadShape workload;
   workload.context_tokens = prompt_len + o.gen_tokens;
-  workload.chunk_tokens = resolve_chunk(o.model.chunk, prompt_len);
+  choose_chunk(workload, o.model.chunk, prompt_len);
   LoadOptions load = load_options(o.model, workload);
   load.print_plan = !o.json;
   load.mtp = o.spec == "mtp" ? MtpLoad::kYes : MtpLoad::kNo;
@@ -407,15 +407,19 @@ int bench_model(const BenchModelOptions& o) {
     fma_before = kernels::measure_fma_gflops(&probe_pool, 3);
   }
   SessionState session = engine->new_session();
+  const uint64_t session_fresh = session.used_bytes();
   std::vector<float> logits(static_cast<size_t>(V));
   const ExpertStats s0 = experts.stats();
   t0 = std::chrono::steady_clock::now();
-  engine->forward(session, prompt, logits.data(), LogitRows::kLast, workload.chunk_tokens);
+  engine->forward(session, prompt, logits.data(), LogitRows::kLast, engine->max_rows());
   int32_t next = argmax(logits);
   const double ttft_s = seconds_since(t0);
   engine->anticipate(std::span<const int32_t>(&next, 1));  // as the generator does once it has a token
   const ExpertStats s1 = experts.stats();
   tracing->mark_token_end();
+  // The session state the prompt filled, per token of context, against the plan's figure.
+  const uint64_t session_used = session.used_bytes();
+  const double session_token_bytes = double(session_used - session_fresh) / double(prompt_len);
 
   std::vector<double> step_s;
   std::vector<int32_t> generated{next};
@@ -461,7 +465,7 @@ int bench_model(const BenchModelOptions& o) {
   }
 
   tracing->set_recording(false);  // the trace is used; the spec and soak runs need none
-  const nlohmann::ordered_json spec = o.spec == "off" ? nlohmann::ordered_json() : spec_report(o, *engine, prompt, workload.chunk_tokens);
+  const nlohmann::ordered_json spec = o.spec == "off" ? nlohmann::ordered_json() : spec_report(o, *engine, prompt, engine->max_rows());
 
   if (o.json) {
     nlohmann::ordered_json j;
@@ -479,17 +483,24 @@ int bench_model(const BenchModelOptions& o) {
     j["resident_s_per_token"] = all_resident ? nlohmann::ordered_json(decode_s_per_token) : nlohmann::ordered_json();
     j["decode_s_per_token"] = decode_s_per_token;
     j["peak_rss_bytes"] = peak_rss;
+    j["session_bytes_per_token"] = session_token_bytes;
     nlohmann::ordered_json d;
     d["model"] = o.model.dir;
     d["prompt_tokens"] = prompt_len;
     d["gen_tokens"] = o.gen_tokens;
     d["threads"] = engine->threads();
     d["kernels"] = kernels::active_path();
-    d["chunk"] = workload.chunk_tokens;
+    d["chunk"] = engine->max_rows();
+    d["chunk_auto"] = o.model.chunk <= 0;
     d["fma_gflops_before_after"] = {fma_before, fma_after};
     d["prefill_params_per_token"] = work.per_token;
     d["head_params"] = work.head;
     d["plan"] = plan.summary();
+    d["session_bytes_after_prompt"] = session_used;
+    d["planned_session_bytes_per_token"] = plan.session_token_bytes;
+    d["planned_session_bytes"] = plan.session_bytes;
+    d["workspace_bytes"] = plan.workspace_bytes;
+    d["workspace_row_bytes"] = plan.workspace_row_bytes;
     d["budget_bytes"] = plan.budget;
     d["expert_slots"] = plan.slots;
     d["total_experts"] = plan.total_experts;
@@ -536,6 +547,12 @@ int bench_model(const BenchModelOptions& o) {
              "peak {:.0f} GFLOP/s ({} width, {} threads, same run: {:.0f} before, {:.0f} after)\n",
              prefill_gflops, work.per_token / 1e9, 100 * prefill_gflops / fma_gflops, fma_gflops, kernels::active_path(),
              engine->threads(), fma_before, fma_after);
+  fmt::print("chunk        {} rows ({}), workspace {} ({}/row)\n", engine->max_rows(),
+             o.model.chunk > 0 ? "--chunk" : "automatic: the largest the budget allows", format_bytes(plan.workspace_bytes),
+             format_bytes(plan.workspace_row_bytes));
+  fmt::print("session      {} after the prompt: {:.0f} B per token of context (planned {:.0f} B/token, {} at {} tokens)\n",
+             format_bytes(session_used), session_token_bytes, plan.session_token_bytes, format_bytes(plan.session_bytes),
+             plan.context_tokens);
   fmt::print("decode       {} tokens, {:.3f} s/token (median {:.3f}), {:.2f} tok/s\n", o.gen_tokens,
              decode_s_per_token, median(step_s), G / decode_total);
   fmt::print("experts      {:.1f}% hits, {:.1f} MB read/token at {:.3f} GB/s achieved, {:.3f} s/token blocked on I/O, "

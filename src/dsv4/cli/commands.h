@@ -35,6 +35,7 @@ struct ModelOptions {
   std::string numerics;  // reference | fast
   int threads = 0;
   int64_t chunk = 0;     // prefill chunk (0 = automatic)
+  int64_t admit_rows = 0;  // a prompt's rows per pass beside other sessions' rows
   int64_t ctx = 0;       // context limit (0 = the command's default)
   std::string ram;       // "auto", "min", "12G", ...
   std::string io;        // auto | uring | threads (expert reads)
@@ -126,6 +127,7 @@ int serve(const ServeOptions& o);
 struct SynthCliOptions {
   SynthOptions options;
   std::string preset;  // flash | pro
+  std::vector<int64_t> compress_ratios;  // --compress-ratios (empty: the preset's schedule)
   bool demo = false;
   bool quiet = false;
 };

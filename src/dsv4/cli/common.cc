@@ -86,6 +86,7 @@ LoadOptions load_options(const ModelOptions& m, const WorkloadShape& workload) {
   o.workload = workload;
   o.engine.numerics = m.numerics == "reference" ? kernels::Numerics::kReference : kernels::Numerics::kFast;
   o.engine.threads = m.threads;
+  o.engine.batch_prompt_rows = m.admit_rows;
   o.store.backend = parse_io_backend(m.io);
   o.store.mirrors = m.mirrors;
   o.store.read_shares = parse_read_shares(m.read_shares);
@@ -119,7 +120,7 @@ LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload, Mtp
 WorkloadShape interactive_workload(const ModelOptions& m) {
   WorkloadShape w;
   w.context_tokens = m.ctx > 0 ? m.ctx : kInteractiveContextTokens;
-  w.chunk_tokens = resolve_chunk(m.chunk, w.context_tokens);
+  choose_chunk(w, m.chunk, w.context_tokens);
   return w;
 }
 

@@ -85,6 +85,7 @@ void add_model_options(Bindings& b, CLI::App* cmd, dsv4::cli::ModelOptions& m, b
   b.add(cmd, "threads", m.threads);
   b.add(cmd, "chunk", m.chunk);
   b.add(cmd, "ctx", m.ctx);
+  b.add(cmd, "admit_rows", m.admit_rows);
   b.add(cmd, "ram", m.ram);
   b.add(cmd, "io", m.io);
   b.add(cmd, "mirror", m.mirrors);
@@ -250,6 +251,7 @@ void register_synth(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "synth_vocab", s.vocab);
   b.add(cmd, "synth_hash_layers", s.hash_layers);
   b.add(cmd, "synth_mtp", s.mtp_layers);
+  b.add(cmd, "synth_compress_ratios", c.synth.compress_ratios);
   b.add(cmd, "synth_shard_size", s.shard_bytes);
   b.add(cmd, "synth_seed", s.seed);
   b.add(cmd, "synth_quiet", c.synth.quiet);

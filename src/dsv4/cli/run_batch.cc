@@ -99,6 +99,7 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   const int64_t slots_guess = o.parallel > 0 ? o.parallel : kAutoSessions;
   const int64_t chunk = o.model.chunk > 0 ? o.model.chunk : kBatchedPromptChunk;
   workload.chunk_tokens = chunk + slots_guess * (1 + o.sampling.draft_max);
+  workload.auto_chunk = false;
   LoadedModel lm = load_model(o.model, workload, mtp_load_for(o.sampling.spec));
   const int slots = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(lm.plan.sessions, int64_t(texts.size()))));
   fmt::print(stderr, "dsv4: {} prompts through {} slot{}\n", texts.size(), slots, slots == 1 ? "" : "s");

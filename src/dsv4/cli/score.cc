@@ -36,7 +36,7 @@ int score(const ScoreOptions& o) {
   if (tokens.empty()) fail("{}: no token ids", o.tokens_file);
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(tokens.size());
-  workload.chunk_tokens = resolve_chunk(o.model.chunk, workload.context_tokens);
+  choose_chunk(workload, o.model.chunk, workload.context_tokens);
   const bool with_mtp = !o.mtp_logits_out.empty();
   workload.logit_rows = workload.context_tokens * (with_mtp ? 2 : 1);
   LoadOptions lo = load_options(o.model, workload);
@@ -63,7 +63,7 @@ int generate(const GenerateOptions& o) {
   const std::vector<int32_t>& prompt = o.tokens;
   WorkloadShape workload;
   workload.context_tokens = static_cast<int64_t>(prompt.size()) + o.n;
-  workload.chunk_tokens = resolve_chunk(o.model.chunk, static_cast<int64_t>(prompt.size()));
+  choose_chunk(workload, o.model.chunk, static_cast<int64_t>(prompt.size()));
   auto engine = open_engine(o.model, workload).engine;
   const int64_t V = engine->config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));

@@ -113,6 +113,7 @@ int serve(const ServeOptions& o) {
     // Rows per pass: a prompt chunk beside every slot's row (and its drafts).
     const int64_t slots = o.parallel > 0 ? o.parallel : kAutoSessions;
     workload.chunk_tokens = (o.model.chunk > 0 ? o.model.chunk : kBatchedPromptChunk) + slots * (1 + o.sampling.draft_max);
+    workload.auto_chunk = false;
   }
   LoadedModel lm = load_model(o.model, workload, mtp_load_for(o.sampling.spec));
   if (lm.demo)

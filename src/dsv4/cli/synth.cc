@@ -7,6 +7,7 @@
 
 #include "dsv4/cli/commands.h"
 #include "dsv4/synth/synth.h"
+#include "dsv4/util/error.h"
 
 namespace dsv4::cli {
 
@@ -22,6 +23,15 @@ SynthOptions with_overrides(const SynthCliOptions& o) {
   s.shard_bytes = f.shard_bytes;
   s.mtp_layers = f.mtp_layers;
   if (f.hash_layers >= 0) s.hash_layers = f.hash_layers;
+  if (!o.compress_ratios.empty()) {
+    if (o.compress_ratios.size() != size_t(f.layers))
+      fail("--compress-ratios gives {} ratios for --layers {}", o.compress_ratios.size(), f.layers);
+    s.compress_ratios.clear();
+    for (int64_t r : o.compress_ratios) {
+      if (r != 0 && r != 4 && r != 128) fail("--compress-ratios: {} is not 0, 4 or 128", r);
+      s.compress_ratios.push_back(static_cast<int>(r));
+    }
+  }
   auto set = [](auto& field, auto value) {
     if (value != 0) field = value;
   };

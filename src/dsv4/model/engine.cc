@@ -167,6 +167,7 @@ void Engine::run_pass(std::span<const BatchItem> items) {
     ++counts_.passes;
     counts_.rows += static_cast<uint64_t>(T);
     counts_.parts += parts_.size();
+    if (parts_.size() > 1) counts_.widest_shared = std::max(counts_.widest_shared, static_cast<uint64_t>(T));
   }
   if (items.size() == 1) {
     if (items[0].logits) head(p, items[0].rows, items[0].logits);

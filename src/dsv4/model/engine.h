@@ -52,6 +52,12 @@ struct EngineOptions {
   // Continuous batching (join_batch): how long the thread leading a shared pass waits for the
   // other members' rows before it starts the pass without them.
   int batch_wait_us = 5000;
+  // The most rows of a prompt chunk a shared pass carries beside other sessions' rows (a
+  // decoding session's token, a draft's verify rows); the rest of the chunk follows in the
+  // next passes. A pass with no other rows takes the whole chunk. Each prompt row adds its
+  // own routed experts to the pass (about 6 new ones per layer under uniform routing), so
+  // this bounds how much a prompt being admitted slows the streams of the others.
+  int64_t batch_prompt_rows = 4;
   // The test fault layer for the dense weights' and embedding rows' reads (null: none; the
   // loader passes the store's).
   std::shared_ptr<IoFaults> faults;
@@ -108,7 +114,8 @@ class Engine {
   // Continuous batching. While at least one member exists, forward() calls from different
   // threads share passes: each chunk waits in a queue, and one waiting thread at a time runs
   // a pass over the queued rows (in arrival order, at most max_rows() rows, at most one
-  // prefill chunk — a request of several rows without an undo log — per pass), after
+  // prefill chunk — a request of several rows without an undo log — per pass, and of it at
+  // most batch_prompt_rows rows when the pass carries other rows too), after
   // waiting up to batch_wait_us for every member to queue its rows. A member is a thread
   // that will keep calling forward() (a server slot, a benchmark stream): the pass waits
   // for members only, never for idle threads. Results are those of each session alone. A
@@ -133,6 +140,7 @@ class Engine {
   // mean batch.
   struct PassCounts {
     uint64_t passes = 0, rows = 0, parts = 0;
+    uint64_t widest_shared = 0;  // the most rows of a pass that carried several sessions
   };
   PassCounts pass_counts() const;
 

@@ -11,8 +11,9 @@
 namespace dsv4 {
 
 struct Engine::BatchRequest {
-  BatchItem item;
+  BatchItem item;        // the rows still to run
   bool prefill = false;  // several rows without an undo log: a prompt chunk
+  int64_t take = 0;      // rows of item in the pass being run (fewer: a prompt chunk split)
   bool done = false;
   std::exception_ptr error;
 };
@@ -82,14 +83,19 @@ void Engine::lead_batch(std::unique_lock<std::mutex>& lock) {
     if (batch_cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
   if (batch_queue_.empty()) return;
   // In arrival order while the rows fit; a second prompt chunk waits for the next pass (it
-  // keeps its place), so each pass carries at most one, and prompts take turns.
+  // keeps its place), so each pass carries at most one, and prompts take turns. Beside other
+  // rows a prompt chunk gives the pass only its first batch_prompt_rows rows; its rest stays
+  // first in the queue.
+  const bool others =
+      std::any_of(batch_queue_.begin(), batch_queue_.end(), [](const BatchRequest* r) { return !r->prefill; });
   batch_taken_.clear();
   int64_t rows = 0;
   bool prefill = false;
   auto it = batch_queue_.begin();
   while (it != batch_queue_.end()) {
     BatchRequest* r = *it;
-    const int64_t n = static_cast<int64_t>(r->item.tokens.size());
+    int64_t n = static_cast<int64_t>(r->item.tokens.size());
+    if (r->prefill && others) n = std::min(n, std::max<int64_t>(1, options_.batch_prompt_rows));
     if (rows + n > workspace_.max_rows) break;
     const bool twice = std::any_of(batch_taken_.begin(), batch_taken_.end(),
                                    [&](const BatchRequest* t) { return t->item.session == r->item.session; });
@@ -97,6 +103,7 @@ void Engine::lead_batch(std::unique_lock<std::mutex>& lock) {
       ++it;
       continue;
     }
+    r->take = n;
     batch_taken_.push_back(r);
     rows += n;
     prefill = prefill || r->prefill;
@@ -105,20 +112,38 @@ void Engine::lead_batch(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   run_requests(batch_taken_);
   lock.lock();
-  for (BatchRequest* r : batch_taken_) r->done = true;
+  for (BatchRequest* r : batch_taken_) {
+    BatchItem& item = r->item;
+    if (r->error || r->take == static_cast<int64_t>(item.tokens.size())) {
+      r->done = true;
+      continue;
+    }
+    // The rest of a split prompt chunk: first in the queue, the next pass goes on with it.
+    if (item.logits && item.rows == LogitRows::kAll) item.logits += r->take * config().vocab_size;
+    item.tokens = item.tokens.subspan(static_cast<size_t>(r->take));
+    batch_queue_.insert(batch_queue_.begin(), r);
+  }
+}
+
+// The part of a request's rows in this pass: its first `take` rows (the logits of a kLast
+// request only with its last row).
+static BatchItem pass_part(const BatchItem& item, int64_t take) {
+  BatchItem part = item;
+  if (take == static_cast<int64_t>(part.tokens.size())) return part;
+  part.tokens = part.tokens.first(static_cast<size_t>(take));
+  if (part.rows == LogitRows::kLast) part.logits = nullptr;
+  return part;
 }
 
 void Engine::run_requests(std::span<BatchRequest* const> requests) {
   std::lock_guard<std::mutex> lock(forward_mutex_);
-  auto alone = [&](BatchRequest& r) {
-    try {
-      run_pass(std::span<const BatchItem>(&r.item, 1));
-    } catch (...) {
-      r.error = std::current_exception();
-    }
-  };
   if (requests.size() == 1) {
-    alone(*requests[0]);
+    const BatchItem part = pass_part(requests[0]->item, requests[0]->take);
+    try {
+      run_pass(std::span<const BatchItem>(&part, 1));
+    } catch (...) {
+      requests[0]->error = std::current_exception();
+    }
     return;
   }
   // Every session's writes are logged, so that a failed pass can be taken back in all of
@@ -126,7 +151,7 @@ void Engine::run_requests(std::span<BatchRequest* const> requests) {
   batch_items_.clear();
   batch_start_.clear();
   for (size_t i = 0; i < requests.size(); ++i) {
-    BatchItem item = requests[i]->item;
+    BatchItem item = pass_part(requests[i]->item, requests[i]->take);
     batch_start_.push_back(item.session->position);
     if (!item.undo) {
       if (!batch_undo_ready_[i]) {  // once: a decode row's log never grows past this

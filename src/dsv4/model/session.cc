@@ -10,9 +10,21 @@ uint64_t capacity_bytes(const std::vector<T>& v) {
   return static_cast<uint64_t>(v.capacity()) * sizeof(T);
 }
 
-uint64_t compressor_bytes(const CompressorState& c) {
-  return capacity_bytes(c.pending_kv) + capacity_bytes(c.pending_gate) + capacity_bytes(c.previous_kv) +
-         capacity_bytes(c.previous_gate) + capacity_bytes(c.entries);
+template <typename T>
+uint64_t size_bytes(const std::vector<T>& v) {
+  return static_cast<uint64_t>(v.size()) * sizeof(T);
+}
+
+// The bytes of every vector of a session, counted by `count` (capacity or size).
+template <typename Count>
+uint64_t session_bytes(const SessionState& s, Count count) {
+  auto compressor = [&](const CompressorState& c) {
+    return count(c.pending_kv) + count(c.pending_gate) + count(c.previous_kv) + count(c.previous_gate) +
+           count(c.entries);
+  };
+  uint64_t total = count(s.tokens) + count(s.layers) + count(s.mtp.streams) + count(s.mtp.stream_position);
+  for (const LayerState& l : s.layers) total += count(l.window_kv) + compressor(l.compressor) + compressor(l.indexer);
+  return total;
 }
 
 // The state of one compressor (ratio m, entry width `dim`, CSA overlap or not) for a session
@@ -53,11 +65,11 @@ SessionState SessionState::create(const ModelConfig& c, int64_t context, bool mt
 }
 
 uint64_t SessionState::bytes() const {
-  uint64_t total = capacity_bytes(tokens) + capacity_bytes(layers) + capacity_bytes(mtp.streams) +
-                   capacity_bytes(mtp.stream_position);
-  for (const LayerState& l : layers)
-    total += capacity_bytes(l.window_kv) + compressor_bytes(l.compressor) + compressor_bytes(l.indexer);
-  return total;
+  return session_bytes(*this, [](const auto& v) { return capacity_bytes(v); });
+}
+
+uint64_t SessionState::used_bytes() const {
+  return session_bytes(*this, [](const auto& v) { return size_bytes(v); });
 }
 
 uint64_t SessionState::bytes_at(const ModelConfig& c, int64_t context, bool mtp) {
@@ -75,6 +87,16 @@ uint64_t SessionState::bytes_at(const ModelConfig& c, int64_t context, bool mtp)
     };
     total += compressor(c.head_dim, csa);
     if (csa) total += compressor(c.index_head_dim, true);
+  }
+  return total;
+}
+
+double SessionState::bytes_per_token(const ModelConfig& c) {
+  double total = sizeof(int32_t);
+  for (const LayerSpec& spec : c.layers) {
+    if (spec.compress_ratio == 0) continue;
+    const double dim = c.head_dim + (spec.kind == AttentionKind::kCSA ? c.index_head_dim : 0);
+    total += dim * sizeof(float) / spec.compress_ratio;
   }
   return total;
 }

@@ -63,8 +63,13 @@ struct SessionState {
   static SessionState create(const ModelConfig& c, int64_t context, bool mtp = false);
   // Bytes this session holds (allocated capacity).
   uint64_t bytes() const;
+  // Bytes of state written so far (sizes, not capacities): what its context has filled.
+  uint64_t used_bytes() const;
   // The most a session of `c` holds at `context` tokens: the planner's reserve per session.
   static uint64_t bytes_at(const ModelConfig& c, int64_t context, bool mtp = false);
+  // What each token of context adds to bytes_at: its id, and on every compressed layer a
+  // 1/ratio share of one entry (the main compressor's and, on CSA layers, the indexer's).
+  static double bytes_per_token(const ModelConfig& c);
 
   bool operator==(const SessionState&) const = default;
 };

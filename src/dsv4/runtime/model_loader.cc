@@ -38,7 +38,12 @@ void settle_shape(const Checkpoint& ck, LoadOptions& o) {
 
 MemoryPlan settle_plan(const Checkpoint& ck, LoadOptions& o) {
   settle_shape(ck, o);
-  return plan_memory(ck, parse_ram(o.ram), o.workload);
+  MemoryPlan plan = plan_memory(ck, parse_ram(o.ram), o.workload);
+  // The chunk the plan chose (or the given one) is the engine's workspace shape.
+  o.workload.chunk_tokens = plan.chunk_tokens;
+  o.workload.auto_chunk = false;
+  o.engine.max_rows = plan.chunk_tokens;
+  return plan;
 }
 
 }  // namespace

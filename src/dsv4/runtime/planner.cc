@@ -46,6 +46,11 @@ int64_t resolve_chunk(int64_t requested, int64_t context) {
   return std::max<int64_t>(1, std::min(kAutoChunkTokens, context));
 }
 
+void choose_chunk(WorkloadShape& w, int64_t requested, int64_t longest) {
+  w.auto_chunk = requested <= 0;
+  w.chunk_tokens = requested > 0 ? requested : std::max<int64_t>(1, longest);
+}
+
 uint64_t workload_bytes(const ModelConfig& c, const WorkloadShape& w) {
   const int64_t context = std::max<int64_t>(1, w.context_tokens);
   const int64_t rows = std::max<int64_t>(1, std::min(w.chunk_tokens, context));
@@ -64,9 +69,15 @@ std::string MemoryPlan::summary() const {
       prefix_cache_bytes ? fmt::format(" (prefix cache {})", format_bytes(prefix_cache_bytes)) : std::string();
   const std::string mtp = mtp_bytes ? fmt::format(", mtp drafter {} resident", format_bytes(mtp_bytes)) : std::string();
   const std::string slots_text = sessions > 1 ? fmt::format(" for {} session slots", sessions) : std::string();
-  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident{}, {}, kv+scratch reserve {}{}{}, projected peak {}",
+  // What the reserve holds: the sessions' state at the planned context (it grows with each
+  // token of context) and the workspace of the chunk (it grows with each chunk row).
+  const std::string parts = fmt::format(
+      " (session {} at {} tokens, {:.0f} B/token; chunk {} rows{}, workspace {}, {}/row)",
+      format_bytes(session_bytes), context_tokens, session_token_bytes, chunk_tokens, chunk_chosen ? " auto" : "",
+      format_bytes(workspace_bytes), format_bytes(workspace_row_bytes));
+  return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident{}, {}, kv+scratch reserve {}{}{}{}, projected peak {}",
                      format_bytes(budget), budget_source, format_bytes(dense_bytes), mtp, experts,
-                     format_bytes(reserve_bytes), slots_text, cache, format_bytes(projected_peak()));
+                     format_bytes(reserve_bytes), parts, slots_text, cache, format_bytes(projected_peak()));
 }
 
 MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const WorkloadShape& workload) {
@@ -91,6 +102,10 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
   // budget is that of one.
   WorkloadShape shape = workload;
   shape.sessions = std::max<int64_t>(1, workload.sessions);
+  // An automatic chunk starts from the base; workload.chunk_tokens is then its upper bound.
+  const int64_t context = std::max<int64_t>(1, workload.context_tokens);
+  const int64_t cap = std::max<int64_t>(1, std::min(workload.chunk_tokens, context));
+  shape.chunk_tokens = workload.auto_chunk ? std::min(kAutoChunkTokens, cap) : cap;
   p.sessions = shape.sessions;
   p.reserve_bytes = workload_bytes(c, shape) + kProcessOverheadBytes;
   p.prefix_cache_bytes = workload.prefix_cache_bytes;
@@ -139,6 +154,48 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
       }
     }
   }
+  // An automatic chunk grows from the base while the budget allows (WorkloadShape::auto_chunk).
+  shape.sessions = p.sessions;
+  if (workload.auto_chunk && cap > shape.chunk_tokens) {
+    const uint64_t base_reserve = p.reserve_bytes;
+    const uint64_t base_left = p.budget - p.dense_bytes - p.mtp_bytes - base_reserve;
+    const bool base_resident = base_left >= resident_total;
+    auto reserve_at = [&](int64_t rows) {
+      WorkloadShape s = shape;
+      s.chunk_tokens = rows;
+      return workload_bytes(c, s) + kProcessOverheadBytes;
+    };
+    // Larger chunks only add workspace, so the rows that fit are a prefix: bisect.
+    auto fits = [&](int64_t rows) {
+      const uint64_t reserve = reserve_at(rows);
+      if (p.dense_bytes + p.mtp_bytes + reserve > p.budget) return false;
+      const uint64_t left = p.budget - p.dense_bytes - p.mtp_bytes - reserve;
+      if (base_resident) return left >= resident_total;
+      return left >= uint64_t(p.min_slots) * p.slot_bytes && reserve - base_reserve <= base_left / 2;
+    };
+    int64_t lo = shape.chunk_tokens, hi = cap;  // fits(lo); find the largest that fits
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (fits(mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    shape.chunk_tokens = lo;
+    p.reserve_bytes = reserve_at(lo);
+  }
+  p.chunk_tokens = shape.chunk_tokens;
+  p.chunk_chosen = workload.auto_chunk;
+  p.context_tokens = context;
+  p.session_bytes = SessionState::bytes_at(c, context, workload.mtp);
+  p.session_token_bytes = SessionState::bytes_per_token(c);
+  const int threads = std::max(1, workload.threads);
+  p.workspace_bytes = ForwardWorkspace::bytes(c, p.chunk_tokens, context, threads, workload.mtp);
+  // Per row: the mean over rows past the head's (kHeadRows of logits) up to the chunk, at least
+  // 64 of them (the quantized activations grow in blocks of rows).
+  const int64_t from = ForwardWorkspace::kHeadRows, to = std::max<int64_t>(p.chunk_tokens, from + 64);
+  p.workspace_row_bytes = (ForwardWorkspace::bytes(c, to, context, threads, workload.mtp) -
+                           ForwardWorkspace::bytes(c, from, context, threads, workload.mtp)) /
+                          uint64_t(to - from);
+
   const uint64_t for_experts = p.budget - p.dense_bytes - p.mtp_bytes - p.reserve_bytes;
   if (for_experts >= resident_total) {
     p.all_resident = true;

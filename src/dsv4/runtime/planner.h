@@ -27,10 +27,16 @@ struct RamRequest {
 // of available memory). Throws Error naming --ram on anything else.
 RamRequest parse_ram(const std::string& text);
 
-// The prefill chunk when none is given (--chunk 0): one value for every command.
+// The prefill chunk when none is given (--chunk 0) and the planner does not choose one
+// (WorkloadShape::auto_chunk): the base the automatic chunk grows from.
 inline constexpr int64_t kAutoChunkTokens = 512;
-// The chunk to use for --chunk `requested` and sequences of up to `context` tokens.
+// The chunk to use for --chunk `requested` and sequences of up to `context` tokens, without
+// a plan (a fixed chunk: `requested`, or kAutoChunkTokens at most).
 int64_t resolve_chunk(int64_t requested, int64_t context);
+struct WorkloadShape;
+// --chunk `requested` for prompts of up to `longest` tokens: that chunk, or (0) the largest
+// one up to `longest` the budget allows, chosen by plan_memory (MemoryPlan::chunk_tokens).
+void choose_chunk(WorkloadShape& w, int64_t requested, int64_t longest);
 
 // What the process will do with the model: sizes the reserve.
 // WorkloadShape::sessions = 0: the plan reserves up to this many sessions, as many as cost
@@ -40,6 +46,10 @@ inline constexpr int64_t kAutoSessions = 4;
 struct WorkloadShape {
   int64_t context_tokens = 4096;  // longest sequence a session will reach
   int64_t chunk_tokens = kAutoChunkTokens;  // rows per forward pass (the largest prefill chunk)
+  // The plan picks the chunk: from min(kAutoChunkTokens, chunk_tokens) up to chunk_tokens, the
+  // largest whose workspace keeps every expert resident when they are at the base chunk, or
+  // else takes at most half of the base plan's expert cache (and leaves min_slots).
+  bool auto_chunk = false;
   int64_t logit_rows = 1;         // rows of [vocab] logits the caller keeps
   int64_t sessions = 1;           // sessions alive at once (0: the plan picks, up to kAutoSessions)
   int threads = 1;                // compute threads (the workspace has scratch per thread)
@@ -62,6 +72,15 @@ struct MemoryPlan {
   int64_t sessions = 1;        // sessions whose state the reserve holds (the server's slots)
   uint64_t expert_bytes = 0;   // RAM held for experts
   uint64_t minimum_budget = 0; // dense + mtp + min_slots + reserve
+  // Parts of reserve_bytes, for the plan line: the sessions' state at the planned context
+  // (one session's bytes, and per token of context), and the forward workspace of the chunk.
+  int64_t context_tokens = 0;
+  uint64_t session_bytes = 0;        // one session at context_tokens
+  double session_token_bytes = 0;    // one session's bytes per token of context
+  int64_t chunk_tokens = 0;          // rows per forward pass (the engine's max_rows)
+  bool chunk_chosen = false;         // picked by the plan (WorkloadShape::auto_chunk)
+  uint64_t workspace_bytes = 0;      // the forward workspace for chunk_tokens rows
+  uint64_t workspace_row_bytes = 0;  // what one more chunk row adds to it
 
   uint64_t projected_peak() const { return dense_bytes + mtp_bytes + expert_bytes + reserve_bytes; }
   std::string summary() const;  // the one line printed on stderr

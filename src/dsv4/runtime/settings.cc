@@ -113,7 +113,7 @@ std::vector<Setting> make_table() {
       choice("numerics", "--numerics", "DSV4_NUMERICS", "fast", {"reference", "fast"},
              "reference (float32 activations) or fast (quantized activations)"),
       integer("chunk", "--chunk", "DSV4_CHUNK", 0, 0, kMaxTokens,
-              "prefill chunk size in tokens (0 = automatic: 512, the whole sequence for score)"),
+              "prefill chunk size in tokens (0 = automatic: the largest the RAM plan allows, up to the prompt)"),
       integer("ctx", "--ctx", "DSV4_CTX", 0, 0, int64_t{1} << 40,
               "context limit in tokens (0 = the command's default: the model's maximum, 16384 for chat)"),
       // Sampling (run, chat, serve).
@@ -142,6 +142,10 @@ std::vector<Setting> make_table() {
       integer("parallel", "--parallel", "DSV4_PARALLEL", 0, 0, 256,
               "serve, run --batch: generations that run at once, sharing each pass over the weights (0 = from the RAM plan: "
               "up to 4 slots, as many as the budget reserves a session for without starving the expert cache)"),
+      integer("admit_rows", "--admit-rows", "DSV4_ADMIT_ROWS", 4, 1, kMaxTokens,
+              "serve, run --batch, bench --sessions: rows of a waiting prompt that a pass carries beside other "
+              "sessions' decoding rows (the rest of its chunk follows in the next passes; alone it takes the "
+              "whole chunk)"),
       integer("max_queue", "--max-queue", "DSV4_MAX_QUEUE", 8, 0, 4096,
               "requests allowed to wait for the engine before 429"),
       text("model_name", "--model-name", "DSV4_MODEL_NAME", "",
@@ -214,6 +218,9 @@ std::vector<Setting> make_table() {
       integer("synth_hash_layers", "--hash-layers", "", -1, -1, 1024,
               "synth: hash-routed layers (-1 = 3 of 43, scaled to --layers)"),
       integer("synth_mtp", "--mtp", "", 0, 0, 16, "synth: MTP layers (the real checkpoint has 1)"),
+      ints("synth_compress_ratios", "--compress-ratios", {}, 0, 128,
+           "synth: each main layer's compress ratio, comma-separated (0 sliding only, 4 CSA, 128 HCA; default: "
+           "the real schedule's proportions)"),
       size("synth_shard_size", "--shard-size", "", uint64_t{4} << 30, "synth: bytes per shard (approximate)"),
       seed("synth_seed", "--seed", "", 1, "synth: random seed"),
       flag_bool("synth_quiet", "--quiet", "", false, "synth: no progress on stderr"),
