@@ -393,6 +393,43 @@ TEST(KernelPaths, DotAndAxpyBitExact) {
   }
 }
 
+// The batched forms against the scalar definition (each result that of its single dot / axpy),
+// with strides wider than the rows, odd sizes and every tile's tail.
+TEST(KernelPaths, DotManyAndAxpyManyBitExact) {
+  std::mt19937 rng(11);
+  const detail::Table& s = detail::scalar_table();
+  std::vector<const detail::Table*> tables = simd_tables();
+  tables.push_back(&s);  // the scalar composite against single calls, too
+  for (const detail::Table* tab : tables) {
+    for (int64_t n : {1, 7, 8, 31, 32, 33, 100, 128, 511, 512, 513}) {
+      for (int64_t nq : {1, 2, 3, 5, 8, 9, 16, 17, 64}) {
+        const int64_t stride = n + 3;
+        auto q = random_x(nq, stride, rng), r = random_x(1, n, rng);
+        std::vector<float> got(size_t(nq), -1.0f);
+        tab->dot_many(q.data(), stride, nq, r.data(), n, got.data());
+        for (int64_t h = 0; h < nq; ++h)
+          ASSERT_TRUE(same_bits(got[h], s.dot(q.data() + h * stride, r.data(), n))) << tab->name << " n=" << n << " nq=" << nq << " h=" << h;
+      }
+      for (int64_t nh : {1, 3, 4, 5, 8, 9, 12}) {
+        for (int64_t nrows : {0, 1, 5, 17}) {
+          const int64_t o_stride = n + 5, p_stride = nrows + 2;
+          auto rows_data = random_x(std::max<int64_t>(nrows, 1), n + 1, rng);
+          std::vector<const float*> rows;
+          for (int64_t j = 0; j < nrows; ++j) rows.push_back(rows_data.data() + ((j * 7) % nrows) * (n + 1));
+          auto p = random_x(nh, p_stride, rng);
+          auto o1 = random_x(nh, o_stride, rng);
+          std::vector<float> o2 = o1;
+          tab->axpy_many(p.data(), p_stride, nh, rows.data(), nrows, n, o1.data(), o_stride);
+          for (int64_t j = 0; j < nrows; ++j)
+            for (int64_t h = 0; h < nh; ++h) s.axpy(p[h * p_stride + j], rows[j], o2.data() + h * o_stride, n);
+          ASSERT_EQ(std::memcmp(o1.data(), o2.data(), o1.size() * 4), 0)
+              << tab->name << " n=" << n << " nh=" << nh << " rows=" << nrows;  // the gaps between outputs untouched too
+        }
+      }
+    }
+  }
+}
+
 // Fast mode against reference. FP4 and FP8: activations are rounded to 16-bit integers per 32
 // columns, so each product moves by at most |w| * d / 2 with d = amax / 32512; FP8 weights are
 // also rounded to their block's integer grid. The bound below is that plus float rounding.

@@ -252,9 +252,14 @@ void matmul(const Matrix& w, const float* x, int64_t n, float* y, Numerics numer
   detail::matmul_with(t, w, in, y, numerics, pool, y_stride);
 }
 
-float dot(const float* a, const float* b, int64_t n) { return detail::active_table().dot(a, b, n); }
+void dot_many(const float* q, int64_t q_stride, int64_t nq, const float* r, int64_t n, float* out) {
+  detail::active_table().dot_many(q, q_stride, nq, r, n, out);
+}
 
-void axpy(float a, const float* x, float* y, int64_t n) { detail::active_table().axpy(a, x, y, n); }
+void axpy_many(const float* p, int64_t p_stride, int64_t nh, const float* const* rows, int64_t nrows, int64_t n,
+               float* o, int64_t o_stride) {
+  detail::active_table().axpy_many(p, p_stride, nh, rows, nrows, n, o, o_stride);
+}
 
 std::string active_path() { return detail::active_table().name; }
 

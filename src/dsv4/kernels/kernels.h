@@ -116,9 +116,16 @@ struct MatmulTask {
 };
 void matmul_batch(const MatmulTask* tasks, int64_t count, Numerics numerics, ThreadPool* pool);
 
-// Dense float helpers used by attention and the compressors (same determinism contract).
-float dot(const float* a, const float* b, int64_t n);
-void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x, one fused multiply-add each
+// Dense float products for attention and the indexer (same determinism contract): several
+// heads against one kv row or key at a time. Each result has exactly the bits of one canonical
+// single product (kernels_scalar.cc: dot = 32 lanes then a fixed tree, axpy = one FMA per
+// element); the SIMD paths share the loads and the horizontal sums between them.
+//   dot_many:  out[h] = dot(q + h * q_stride, r, n) for h < nq.
+//   axpy_many: for each row j < nrows in order and each h < nh:
+//              o[h * o_stride + c] = fma(p[h * p_stride + j], rows[j][c], o[h * o_stride + c]), c < n.
+void dot_many(const float* q, int64_t q_stride, int64_t nq, const float* r, int64_t n, float* out);
+void axpy_many(const float* p, int64_t p_stride, int64_t nh, const float* const* rows, int64_t nrows, int64_t n,
+               float* o, int64_t o_stride);
 
 // The instruction-set path in use ("scalar", "avx2", "avx512"), chosen once at start-up.
 // DSV4_KERNELS=scalar|avx2|avx512 forces one (an unavailable choice is an error).

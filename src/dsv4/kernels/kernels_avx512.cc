@@ -48,8 +48,9 @@ double fma_probe512(int64_t iters) {
 namespace dsv4::kernels::detail {
 
 const Table& avx512_table() {
-  static const Table t{"avx512",        dsv4_simd::matmul_rows,  dsv4_simd::quantize_rows, dsv4_simd::dot,
-                       dsv4_simd::axpy, dsv4_simd::fma_probe512, dsv4_simd::read_probe};
+  static const Table t{"avx512",        dsv4_simd::matmul_rows, dsv4_simd::quantize_rows, dsv4_simd::dot,
+                       dsv4_simd::axpy, dsv4_simd::dot_many,    dsv4_simd::axpy_many,     dsv4_simd::fma_probe512,
+                       dsv4_simd::read_probe};
   return t;
 }
 

@@ -183,6 +183,9 @@ struct Table {
                         const QuantPlanes& out);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);
+  void (*dot_many)(const float* q, int64_t q_stride, int64_t nq, const float* r, int64_t n, float* out);
+  void (*axpy_many)(const float* p, int64_t p_stride, int64_t nh, const float* const* rows, int64_t nrows,
+                    int64_t n, float* o, int64_t o_stride);
   // Machine-limit probes for the benchmarks: `iters` rounds of independent FMA chains
   // (returns the FLOP count done), and a vectorized read of [p, p + bytes) (returns a checksum).
   double (*fma_probe)(int64_t iters);

@@ -68,6 +68,77 @@ static void axpy(float a, const float* x, float* y, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------
+// dot_many / axpy_many: the same products as dot / axpy, several at a time.
+
+// Two queries against r, each chunk of r loaded once for both: each query's eight accumulators
+// and their tree exactly as dot() builds them.
+static inline void dot_pair(const float* q0, const float* q1, const float* r, int64_t n, float* out0, float* out1) {
+  float32x4_t a0[8], a1[8];
+  DSV4_UNROLL for (int k = 0; k < 8; ++k) a0[k] = a1[k] = vdupq_n_f32(0.0f);
+  int64_t c = 0;
+  for (; c + 32 <= n; c += 32) {
+    DSV4_UNROLL for (int k = 0; k < 8; ++k) {
+      const float32x4_t rv = vld1q_f32(r + c + 4 * k);
+      a0[k] = vfmaq_f32(a0[k], vld1q_f32(q0 + c + 4 * k), rv);
+      a1[k] = vfmaq_f32(a1[k], vld1q_f32(q1 + c + 4 * k), rv);
+    }
+  }
+  if (c < n) {
+    float t0[32] = {}, t1[32] = {}, tr[32] = {};
+    std::memcpy(t0, q0 + c, static_cast<size_t>(n - c) * 4);
+    std::memcpy(t1, q1 + c, static_cast<size_t>(n - c) * 4);
+    std::memcpy(tr, r + c, static_cast<size_t>(n - c) * 4);
+    DSV4_UNROLL for (int k = 0; k < 8; ++k) {
+      const float32x4_t rv = vld1q_f32(tr + 4 * k);
+      a0[k] = vfmaq_f32(a0[k], vld1q_f32(t0 + 4 * k), rv);
+      a1[k] = vfmaq_f32(a1[k], vld1q_f32(t1 + 4 * k), rv);
+    }
+  }
+  *out0 = tree8(vaddq_f32(vaddq_f32(a0[0], a0[2]), vaddq_f32(a0[4], a0[6])),
+                vaddq_f32(vaddq_f32(a0[1], a0[3]), vaddq_f32(a0[5], a0[7])));
+  *out1 = tree8(vaddq_f32(vaddq_f32(a1[0], a1[2]), vaddq_f32(a1[4], a1[6])),
+                vaddq_f32(vaddq_f32(a1[1], a1[3]), vaddq_f32(a1[5], a1[7])));
+}
+
+static void dot_many(const float* q, int64_t q_stride, int64_t nq, const float* r, int64_t n, float* out) {
+  int64_t h = 0;
+  for (; h + 2 <= nq; h += 2) dot_pair(q + h * q_stride, q + (h + 1) * q_stride, r, n, out + h, out + h + 1);
+  if (h < nq) out[h] = dot(q + h * q_stride, r, n);
+}
+
+// Four outputs x 16 columns held in registers across all rows (each element's FMA chain over
+// the rows in order, as the row-by-row axpy calls build it); columns past the last full tile
+// and leftover outputs go row by row through axpy.
+static void axpy_many(const float* p, int64_t p_stride, int64_t nh, const float* const* rows, int64_t nrows,
+                      int64_t n, float* o, int64_t o_stride) {
+  constexpr int H = 4, C = 4;
+  int64_t h = 0;
+  for (; h + H <= nh; h += H) {
+    int64_t c = 0;
+    for (; c + 4 * C <= n; c += 4 * C) {
+      float32x4_t acc[H][C];
+      DSV4_UNROLL for (int i = 0; i < H; ++i) DSV4_UNROLL for (int k = 0; k < C; ++k)
+        acc[i][k] = vld1q_f32(o + (h + i) * o_stride + c + 4 * k);
+      for (int64_t j = 0; j < nrows; ++j) {
+        float32x4_t rv[C];
+        DSV4_UNROLL for (int k = 0; k < C; ++k) rv[k] = vld1q_f32(rows[j] + c + 4 * k);
+        DSV4_UNROLL for (int i = 0; i < H; ++i) {
+          const float a = p[(h + i) * p_stride + j];
+          DSV4_UNROLL for (int k = 0; k < C; ++k) acc[i][k] = vfmaq_n_f32(acc[i][k], rv[k], a);
+        }
+      }
+      DSV4_UNROLL for (int i = 0; i < H; ++i) DSV4_UNROLL for (int k = 0; k < C; ++k)
+        vst1q_f32(o + (h + i) * o_stride + c + 4 * k, acc[i][k]);
+    }
+    if (c < n)
+      for (int64_t j = 0; j < nrows; ++j)
+        for (int i = 0; i < H; ++i) axpy(p[(h + i) * p_stride + j], rows[j] + c, o + (h + i) * o_stride + c, n - c);
+  }
+  for (; h < nh; ++h)
+    for (int64_t j = 0; j < nrows; ++j) axpy(p[h * p_stride + j], rows[j], o + h * o_stride, n);
+}
+
+// ---------------------------------------------------------------------------------------
 // Fast-mode activation quantization (definition: kd::quantize_block_ref), one 64-column span
 // at a time in natural order on the stack, then written in the three layouts.
 
@@ -464,7 +535,8 @@ namespace dsv4::kernels::detail {
 
 const Table& neon_table() {
   static const Table t{"neon",          dsv4_neon::matmul_rows, dsv4_neon::quantize_rows, dsv4_neon::dot,
-                       dsv4_neon::axpy, dsv4_neon::fma_probe,   dsv4_neon::read_probe};
+                       dsv4_neon::axpy, dsv4_neon::dot_many,    dsv4_neon::axpy_many,     dsv4_neon::fma_probe,
+                       dsv4_neon::read_probe};
   return t;
 }
 

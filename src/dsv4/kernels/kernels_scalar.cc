@@ -134,6 +134,17 @@ void axpy_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
+// The definitions of the batched forms: the single products, one after another.
+void dot_many_scalar(const float* q, int64_t q_stride, int64_t nq, const float* r, int64_t n, float* out) {
+  for (int64_t h = 0; h < nq; ++h) out[h] = dot_scalar(q + h * q_stride, r, n);
+}
+
+void axpy_many_scalar(const float* p, int64_t p_stride, int64_t nh, const float* const* rows, int64_t nrows,
+                      int64_t n, float* o, int64_t o_stride) {
+  for (int64_t j = 0; j < nrows; ++j)
+    for (int64_t h = 0; h < nh; ++h) axpy_scalar(p[h * p_stride + j], rows[j], o + h * o_stride, n);
+}
+
 double fma_probe_scalar(int64_t iters) {
   float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   const float m = 0.999999f, a = 1e-7f;
@@ -154,8 +165,9 @@ double read_probe_scalar(const void* p, int64_t bytes) {
 }  // namespace
 
 const Table& scalar_table() {
-  static const Table t{"scalar",         matmul_rows_scalar, quantize_rows_scalar, dot_scalar,
-                       axpy_scalar,      fma_probe_scalar,   read_probe_scalar};
+  static const Table t{"scalar",        matmul_rows_scalar, quantize_rows_scalar, dot_scalar,
+                       axpy_scalar,     dot_many_scalar,    axpy_many_scalar,     fma_probe_scalar,
+                       read_probe_scalar};
   return t;
 }
 

@@ -84,29 +84,28 @@ void compressed_entries(const Pass& p, const LayerWeights& L, const float* x, La
 // For each of nh heads (queries q [nh, hd], outputs o [nh, hd], sinks [nh]): softmax([s_0..
 // s_{n-1}, sink]) with the sink column dropped, then o = sum_j p_j · kv_j, over the rows
 // row(0..n-1) in order: the window's positions ascending, then the entries. The heads share
-// the rows (one kv head), so the loops over rows are outermost: each row is fetched once per
-// block of heads and stays in L1 while their dots and axpys use it. Each head's scores, max,
-// sum and output still accumulate in row order exactly as for that head alone: the same bits.
+// the rows (one kv head): dot_many scores all nh heads against each row as it is loaded, and
+// axpy_many keeps the nh outputs in registers across the rows. Each head's scores, max, sum
+// and output still accumulate in row order exactly as for that head alone: the same bits.
 template <typename Row>
 void attend(const float* q, int nh, int n, const Row& row, int hd, const float* sink, float scale, float* o,
-            float* s /* [nh, n] */) {
+            float* s /* [nh, n] */, const float** rows /* [n] */) {
+  float dots[ForwardWorkspace::kAttendHeadBlock];
   for (int j = 0; j < n; ++j) {
-    const float* r = row(j);
-    for (int h = 0; h < nh; ++h) s[h * n + j] = kernels::dot(q + h * hd, r, hd) * scale;
+    rows[j] = row(j);
+    kernels::dot_many(q, hd, nh, rows[j], hd, dots);
+    for (int h = 0; h < nh; ++h) s[h * n + j] = dots[h] * scale;
   }
-  float denom[ForwardWorkspace::kAttendHeadBlock];
   for (int h = 0; h < nh; ++h) {
     float* sh = s + h * n;
     float mx = sink[h];
     for (int j = 0; j < n; ++j) mx = std::max(mx, sh[j]);
-    denom[h] = std::exp(sink[h] - mx);
-    for (int j = 0; j < n; ++j) denom[h] += (sh[j] = std::exp(sh[j] - mx));
+    float denom = std::exp(sink[h] - mx);
+    for (int j = 0; j < n; ++j) denom += (sh[j] = std::exp(sh[j] - mx));
+    for (int j = 0; j < n; ++j) sh[j] /= denom;  // p_j
   }
   std::fill(o, o + int64_t(nh) * hd, 0.0f);
-  for (int j = 0; j < n; ++j) {
-    const float* r = row(j);
-    for (int h = 0; h < nh; ++h) kernels::axpy(s[h * n + j] / denom[h], r, o + h * hd, hd);
-  }
+  kernels::axpy_many(s, n, nh, rows, n, hd, o, hd);
 }
 
 // Core attention of one part: its rows of ws.o [T, H, hd], one task per (token, block of
@@ -125,6 +124,7 @@ void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, in
   const int64_t grain = (n_items + ws.scratch_slots - 1) / ws.scratch_slots;
   p.pool.parallel_for(n_items, grain, [&](int64_t i0, int64_t i1) {
     float* scores = ws.attend_scores.data() + (i0 / grain) * kBlock * ws.attend_rows;
+    const float** rows = ws.attend_row_ptrs.data() + (i0 / grain) * ws.attend_rows;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / blocks, pos = p.pos0 + t;
       const int h0 = static_cast<int>(i % blocks) * kBlock, nh = std::min(kBlock, H - h0);
@@ -146,7 +146,7 @@ void attend_heads(const Pass& p, const LayerWeights& L, const LayerState& st, in
       };
       float* o = ws.o.data() + (p.row(t) * H + h0) * hd;
       attend(ws.q.data() + (p.row(t) * H + h0) * hd, nh, n_window + n_entries, row, hd, a.sink.data() + h0, scale, o,
-             scores);
+             scores, rows);
       for (int h = 0; h < nh; ++h) rope.rotate(o + h * hd, hd, p.cos(L.spec, t), p.sin(L.spec, t), /*inverse=*/true);
     }
   });

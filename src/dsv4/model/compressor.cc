@@ -128,12 +128,17 @@ void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w,
       // Each head's weight, scaled once per token rather than once per entry (the same product).
       float* hw = head_weight + t * IH;
       for (int h = 0; h < IH; ++h) hw[h] *= weight_scale;
+      // score_e = sum_h relu(q_h · k_e) * score_scale * w_h, over the heads in order; the heads'
+      // dots against each key in blocks of kHeadBlock (the key loaded once per block).
+      constexpr int kHeadBlock = 64;
+      float dots[kHeadBlock];
       for (int64_t e = 0; e < visible; ++e) {
         const float* k = keys.entries.data() + e * Id;
         float s = 0.0f;
-        for (int h = 0; h < IH; ++h) {
-          float dot = kernels::dot(qt + h * Id, k, Id);
-          s += (std::max(dot, 0.0f) * score_scale) * hw[h];
+        for (int h0 = 0; h0 < IH; h0 += kHeadBlock) {
+          const int nh = std::min(kHeadBlock, IH - h0);
+          kernels::dot_many(qt + h0 * Id, Id, nh, k, Id, dots);
+          for (int h = 0; h < nh; ++h) s += (std::max(dots[h], 0.0f) * score_scale) * hw[h0 + h];
         }
         scores[e] = s;
       }

@@ -88,6 +88,7 @@ void ForwardWorkspace::for_each_buffer(ForwardWorkspace* ws, const ModelConfig& 
   v(&W::og, T * (s.H / s.G) * s.hd);
   v(&W::z, T * s.G * s.R);
   v(&W::attend_scores, s.slots * ForwardWorkspace::kAttendHeadBlock * s.attend_rows);
+  v(&W::attend_row_ptrs, s.slots * s.attend_rows);
   v(&W::comp_kv, T * s.comp_width);
   v(&W::comp_gate, T * s.comp_width);
   v(&W::pool_slots, 2 * s.max_ratio);

@@ -70,6 +70,7 @@ struct ForwardWorkspace {
   std::vector<float> og;        // [T, hd*H/G] one output group
   std::vector<float> z;         // [T, G*R]
   std::vector<float> attend_scores;  // [scratch_slots, kAttendHeadBlock, attend_rows]
+  std::vector<const float*> attend_row_ptrs;  // [scratch_slots, attend_rows] the kv rows one task reads
   // Heads one attention task computes together (they share the token's kv rows).
   static constexpr int kAttendHeadBlock = 8;
   // Compressor and lightning indexer.
