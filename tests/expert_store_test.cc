@@ -6,12 +6,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +26,8 @@
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
 #include "dsv4/model/engine.h"
+#include "dsv4/model/undo_log.h"
+#include "dsv4/runtime/speculative.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
 #include "test_util.h"
@@ -590,6 +594,107 @@ TEST(Planner, SessionBytesPerToken) {
   engine->forward(s, tokens, nullptr, LogitRows::kLast);
   EXPECT_EQ(double(s.used_bytes() - fresh), 256 * per_token);
   EXPECT_LE(s.bytes(), SessionState::bytes_at(c, engine->context_limit()));
+}
+
+// The undo logs the planner reserves per session slot, against what they hold: a verify pass
+// of kMaxDraftTokens + 1 rows at every alignment of the compressors' windows (the bound is
+// reached exactly at the worst one), and the engine's own logs of shared passes while a
+// prompt is admitted beside a session that decodes and verifies drafts.
+TEST(Planner, UndoLogsPerSessionSlot) {
+  constexpr int64_t kAdmitRows = 3, kVerifyRows = kMaxDraftTokens + 1;
+  LoadOptions o;
+  o.ram = "64G";
+  o.workload.context_tokens = 1024;
+  o.workload.chunk_tokens = 48;
+  o.workload.sessions = 2;
+  o.engine.batch_prompt_rows = kAdmitRows;
+  o.engine.threads = 2;
+  o.engine.batch_wait_us = 200000;  // a loaded test machine: wait long for the other member
+  LoadedEngine loaded = load_engine(fixture("flashlike"), o);
+  Engine& e = *loaded.engine;
+  const MemoryPlan& plan = loaded.plan;
+  const ModelConfig& c = e.config();
+  ASSERT_EQ(plan.sessions, 2);
+  const UndoLog::Size verify_most = UndoLog::most_for(c, kVerifyRows), shared_most = UndoLog::most_for(c, kAdmitRows);
+  EXPECT_EQ(plan.undo_bytes, verify_most.bytes() + shared_most.bytes());
+  EXPECT_LE(plan.projected_peak(), plan.budget);
+  auto token = [](int64_t i) { return int32_t(i * 7 % 97) + 3; };
+
+  // A verify pass starting at each position 112..115 covers a ratio-128 window's end and 4 or 5
+  // ratio-4 window ends; starting at 115 it reaches every bound at once.
+  SessionState base = e.new_session();
+  std::vector<int32_t> prefix(112);
+  for (size_t i = 0; i < prefix.size(); ++i) prefix[i] = token(int64_t(i));
+  e.forward(base, prefix, nullptr, LogitRows::kLast);
+  uint64_t most_held = 0;
+  for (int64_t extra = 0; extra < 4; ++extra) {
+    SessionState s = base;
+    for (int64_t i = 0; i < extra; ++i) {
+      const int32_t t = token(112 + i);
+      e.forward(s, std::span<const int32_t>(&t, 1), nullptr, LogitRows::kLast);
+    }
+    std::vector<int32_t> rows(kVerifyRows);
+    for (int64_t i = 0; i < kVerifyRows; ++i) rows[size_t(i)] = token(s.position + i);
+    UndoLog log;
+    log.reserve(verify_most);  // as the generator does
+    const uint64_t reserved = log.bytes();
+    log.begin(s);
+    e.forward(s, rows, nullptr, LogitRows::kLast, kVerifyRows, &log);
+    const UndoLog::Size held = log.size();
+    EXPECT_LE(held.records, verify_most.records) << "at position " << 112 + extra;
+    EXPECT_LE(held.floats, verify_most.floats) << "at position " << 112 + extra;
+    EXPECT_EQ(log.bytes(), reserved) << "the log grew past its reserve at position " << 112 + extra;
+    most_held = std::max(most_held, held.bytes());
+  }
+  EXPECT_EQ(most_held, verify_most.bytes()) << "the worst alignment reaches the bound";
+
+  // Shared passes: a session decoding (one row, or a verify pass with its own log) beside a
+  // prompt admitted in kAdmitRows-row parts; the engine logs every session's part.
+  const uint64_t before = e.batch_undo_bytes();
+  EXPECT_EQ(before, 0u);  // nothing shared yet
+  uint64_t decoder_held = 0;
+  {
+    Engine::BatchMember m1 = e.join_batch(), m2 = e.join_batch();
+    std::atomic<bool> decoding{false};
+    std::thread decoder([&, m = std::move(m1)]() mutable {
+      SessionState s = e.new_session();
+      e.forward(s, std::span<const int32_t>(prefix.data(), 9), nullptr, LogitRows::kLast);
+      UndoLog log;
+      log.reserve(verify_most);
+      for (int step = 0; step < 30; ++step) {
+        const int64_t n = step % 2 == 0 ? 1 : kVerifyRows;
+        std::vector<int32_t> rows(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) rows[size_t(i)] = token(s.position + i);
+        if (n == 1) {
+          e.forward(s, rows, nullptr, LogitRows::kLast);
+        } else {
+          log.begin(s);
+          e.forward(s, rows, nullptr, LogitRows::kLast, n, &log);
+          decoder_held = std::max(decoder_held, log.bytes());
+          log.rewind(s, s.position - n + 2);  // one draft kept
+        }
+        decoding.store(true);
+      }
+      m.leave();
+    });
+    std::thread admitter([&, m = std::move(m2)]() mutable {
+      while (!decoding.load()) std::this_thread::yield();
+      SessionState s = e.new_session();
+      e.forward(s, std::span<const int32_t>(prefix.data(), 60), nullptr, LogitRows::kLast, 16);
+      m.leave();
+    });
+    decoder.join();
+    admitter.join();
+  }
+  const uint64_t shared = e.batch_undo_bytes();
+  EXPECT_GT(shared, 0u) << "no pass was shared";
+  EXPECT_LE(shared, uint64_t(plan.sessions) * shared_most.bytes());
+  EXPECT_EQ(decoder_held, verify_most.bytes());  // reserved, never grown
+  EXPECT_LE(shared + uint64_t(plan.sessions) * decoder_held, uint64_t(plan.sessions) * plan.undo_bytes);
+
+  // The plan line shows them (not negligible beside this small model's session state).
+  const std::string line = plan.summary();
+  EXPECT_NE(line.find("undo logs " + format_bytes(plan.undo_bytes)), std::string::npos) << line;
 }
 
 // --ram on the commands that load a model: the plan line, the refusal, identical output.

@@ -47,20 +47,10 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
   batch_start_.reserve(most_parts);
   batch_undo_.resize(most_parts);
   batch_undo_ready_.assign(most_parts, 0);
-  // What one decode row writes into a session, at most (each compressor may complete a
-  // window): the undo log of a batched pass's decode row never needs more.
-  for (int l = 0; l < config().num_layers; ++l) {
-    const AttentionWeights& a = weights_.layers[static_cast<size_t>(l)].attn;
-    undo_row_records_ += 1;
-    undo_row_floats_ += static_cast<size_t>(config().head_dim);
-    for (const CompressorWeights* w : {a.compressor ? &*a.compressor : nullptr,
-                                       a.indexer ? &a.indexer->compressor : nullptr}) {
-      if (!w) continue;
-      const size_t width = static_cast<size_t>((w->overlap ? 2 : 1) * w->dim);
-      undo_row_records_ += 2 + 1 + (w->overlap ? 2 : 0);
-      undo_row_floats_ += 2 * width + (w->overlap ? 2 * static_cast<size_t>(w->ratio * w->dim) : 0);
-    }
-  }
+  // A batched pass's own logs hold a decode row or a prompt chunk's rows beside other rows
+  // (at most batch_prompt_rows): reserved for that many when first used, they never grow.
+  batch_undo_size_ = UndoLog::most_for(
+      config(), std::clamp<int64_t>(options_.batch_prompt_rows, 1, workspace_.max_rows));
 }
 
 SessionState Engine::new_session() const { return SessionState::create(config(), workspace_.context, has_mtp()); }
@@ -113,6 +103,13 @@ void Engine::forward_batch(std::span<const BatchItem> items) {
   if (items.empty()) return;
   std::lock_guard<std::mutex> lock(forward_mutex_);
   run_pass(items);
+}
+
+uint64_t Engine::batch_undo_bytes() const {
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  uint64_t total = 0;
+  for (const UndoLog& log : batch_undo_) total += log.bytes();
+  return total;
 }
 
 Engine::PassCounts Engine::pass_counts() const {

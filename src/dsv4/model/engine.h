@@ -143,6 +143,10 @@ class Engine {
     uint64_t widest_shared = 0;  // the most rows of a pass that carried several sessions
   };
   PassCounts pass_counts() const;
+  // The bytes the logs of shared passes hold (one per session of a pass, reserved when first
+  // used for a decode row or batch_prompt_rows rows: UndoLog::most_for): what the planner
+  // reserves per session slot beside its state.
+  uint64_t batch_undo_bytes() const;
 
   // The MTP drafter (mtp.cc). Whether it is loaded (EngineOptions::mtp and a checkpoint with
   // an MTP layer).
@@ -211,7 +215,7 @@ class Engine {
   Rope ropes_[2];  // sliding-only layers, compressed layers
   ThreadPool pool_;
   ForwardWorkspace workspace_;
-  std::mutex forward_mutex_;
+  mutable std::mutex forward_mutex_;
   // The pass's parts and per-part scratch (reserved for max_rows parts: never allocates).
   std::vector<PassPart> parts_;
   std::vector<LayerState*> layer_states_;
@@ -228,9 +232,9 @@ class Engine {
   // The leader's (one at a time): the requests of the pass, their items, undo logs, positions.
   std::vector<BatchRequest*> batch_taken_;
   std::vector<BatchItem> batch_items_;
-  std::vector<UndoLog> batch_undo_;  // [max_rows] each reserved for a decode row when first used
+  std::vector<UndoLog> batch_undo_;  // [max_rows] each reserved for batch_undo_size_ when first used
   std::vector<char> batch_undo_ready_;
-  size_t undo_row_records_ = 0, undo_row_floats_ = 0;
+  UndoLog::Size batch_undo_size_;
   std::vector<int64_t> batch_start_;
 };
 

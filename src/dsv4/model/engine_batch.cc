@@ -154,8 +154,8 @@ void Engine::run_requests(std::span<BatchRequest* const> requests) {
     BatchItem item = pass_part(requests[i]->item, requests[i]->take);
     batch_start_.push_back(item.session->position);
     if (!item.undo) {
-      if (!batch_undo_ready_[i]) {  // once: a decode row's log never grows past this
-        batch_undo_[i].reserve(undo_row_records_, undo_row_floats_);
+      if (!batch_undo_ready_[i]) {  // once: a decode row's or an admitted chunk's log never grows past this
+        batch_undo_[i].reserve(batch_undo_size_);
         batch_undo_ready_[i] = 1;
       }
       batch_undo_[i].begin(*item.session);

@@ -2,9 +2,38 @@
 
 #include <algorithm>
 
+#include "dsv4/io/config.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4 {
+
+uint64_t UndoLog::Size::bytes() const {
+  return uint64_t(records) * sizeof(Record) + uint64_t(floats) * sizeof(float);
+}
+
+UndoLog::Size UndoLog::most_for(const ModelConfig& c, int64_t rows) {
+  Size s;
+  if (rows <= 0) return s;
+  const size_t n = static_cast<size_t>(rows);
+  // The writes attention (window_rows) and the compressors (compress_tokens, emit_entry) save.
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerSpec& spec = c.layer(l);
+    const size_t ring = std::min<size_t>(n, static_cast<size_t>(c.sliding_window));  // the last W rows of a pass
+    s.records += ring;
+    s.floats += ring * static_cast<size_t>(c.head_dim);
+    if (spec.compress_ratio == 0) continue;
+    const size_t m = static_cast<size_t>(spec.compress_ratio), windows = (n + m - 1) / m;
+    const bool csa = spec.kind == AttentionKind::kCSA;
+    auto compressor = [&](size_t dim, bool overlap) {
+      const size_t width = (overlap ? 2 : 1) * dim;
+      s.records += 2 * n + windows * (overlap ? 3 : 1);
+      s.floats += 2 * n * width + (overlap ? windows * 2 * m * dim : 0);
+    };
+    compressor(static_cast<size_t>(c.head_dim), csa);
+    if (csa) compressor(static_cast<size_t>(c.index_head_dim), true);
+  }
+  return s;
+}
 
 void UndoLog::begin(const SessionState& s) {
   records_.clear();  // capacity stays: steady-state drafting allocates nothing

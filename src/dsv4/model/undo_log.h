@@ -20,8 +20,23 @@
 
 namespace dsv4 {
 
+struct ModelConfig;
+
 class UndoLog {
  public:
+  // What a log holds: records and saved floats.
+  struct Size {
+    size_t records = 0, floats = 0;
+    uint64_t bytes() const;  // of a log that holds (or has room for) exactly this much
+  };
+  // The most a log of a session of `c` holds after `rows` consecutive positions of its main
+  // layers are fed (one pass, or several without begin() between): per position its ring
+  // row and each compressor's pending row, and per completed window (at most
+  // ceil(rows / ratio) of them) the entry count and, CSA, the previous window's halves.
+  // The planner's reserve per session slot and the room the engine and the generator
+  // reserve for their logs.
+  static Size most_for(const ModelConfig& c, int64_t rows);
+
   // Starts a log at the session's current position (earlier records are dropped).
   void begin(const SessionState& s);
   // Before the pass feeding `position` overwrites dst[0, n).
@@ -37,10 +52,13 @@ class UndoLog {
 
   int64_t start_position() const { return start_position_; }
   // Room for this many records and saved floats, so that logs up to that size allocate nothing.
-  void reserve(size_t records, size_t floats) {
-    records_.reserve(records);
-    saved_.reserve(floats);
+  void reserve(Size size) {
+    records_.reserve(size.records);
+    saved_.reserve(size.floats);
   }
+  // What the log holds now, and the bytes it has allocated (capacity, kept across begin()).
+  Size size() const { return Size{records_.size(), saved_.size()}; }
+  uint64_t bytes() const { return Size{records_.capacity(), saved_.capacity()}.bytes(); }
 
  private:
   struct Record {

@@ -227,7 +227,8 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   // step takes drafts while they equal the tokens drawn, then one more token, and the rows
   // after the last token kept are taken back (see speculative.h).
   const SpecMode mode = req.max_tokens > 1 ? req.spec : SpecMode::kOff;
-  const int draft_max = mode == SpecMode::kOff ? 0 : static_cast<int>(std::min<int64_t>(req.draft_max, engine.max_rows() - 1));
+  const int draft_max =
+      mode == SpecMode::kOff ? 0 : static_cast<int>(std::min<int64_t>(std::min(req.draft_max, kMaxDraftTokens), engine.max_rows() - 1));
   // One controller per drafter (their acceptance differs): n-gram / oracle, and MTP.
   DraftController controller(draft_max, /*may_stop_drafting=*/mode == SpecMode::kAuto);
   DraftController mtp_controller(engine.has_mtp() ? draft_max : 0, /*may_stop_drafting=*/mode == SpecMode::kAuto);
@@ -236,7 +237,9 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   std::vector<int32_t> rows(static_cast<size_t>(draft_max) + 1);
   st.drafted_at.assign(static_cast<size_t>(draft_max), 0);
   st.accepted_at.assign(static_cast<size_t>(draft_max), 0);
+  // Room for a verify pass of draft_max + 1 rows, reserved once (what the planner counts).
   UndoLog undo;
+  if (draft_max > 0) undo.reserve(UndoLog::most_for(c, draft_max + 1));
 
   bool going = req.max_tokens > 0 && !(cb.cancel && cb.cancel->load());
   if (!going && req.max_tokens > 0) result.finish = FinishReason::kCancelled;

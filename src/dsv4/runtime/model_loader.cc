@@ -34,6 +34,7 @@ void settle_shape(const Checkpoint& ck, LoadOptions& o) {
   o.engine.context = w.context_tokens;
   o.engine.mtp = o.mtp != MtpLoad::kNo && ck.has_mtp();
   w.mtp = o.engine.mtp;
+  w.admit_rows = o.engine.batch_prompt_rows;  // sizes the logs of shared passes
 }
 
 MemoryPlan settle_plan(const Checkpoint& ck, LoadOptions& o) {

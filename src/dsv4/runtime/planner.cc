@@ -9,7 +9,9 @@
 #include "dsv4/experts/expert_layout.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
+#include "dsv4/runtime/speculative.h"
 #include "dsv4/model/session.h"
+#include "dsv4/model/undo_log.h"
 #include "dsv4/model/workspace.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
@@ -51,10 +53,18 @@ void choose_chunk(WorkloadShape& w, int64_t requested, int64_t longest) {
   w.chunk_tokens = requested > 0 ? requested : std::max<int64_t>(1, longest);
 }
 
+uint64_t session_undo_bytes(const ModelConfig& c, const WorkloadShape& w) {
+  const int64_t rows = std::max<int64_t>(1, std::min(w.chunk_tokens, std::max<int64_t>(1, w.context_tokens)));
+  // The generator drafts at most rows - 1 tokens (a verify pass fits in one pass).
+  const int64_t verify = rows > 1 ? std::min<int64_t>(kMaxDraftTokens + 1, rows) : 0;
+  const int64_t shared = w.sessions > 1 ? std::clamp<int64_t>(w.admit_rows, 1, rows) : 0;
+  return UndoLog::most_for(c, verify).bytes() + UndoLog::most_for(c, shared).bytes();
+}
+
 uint64_t workload_bytes(const ModelConfig& c, const WorkloadShape& w) {
   const int64_t context = std::max<int64_t>(1, w.context_tokens);
   const int64_t rows = std::max<int64_t>(1, std::min(w.chunk_tokens, context));
-  return uint64_t(std::max<int64_t>(1, w.sessions)) * SessionState::bytes_at(c, context, w.mtp) +
+  return uint64_t(std::max<int64_t>(1, w.sessions)) * (SessionState::bytes_at(c, context, w.mtp) + session_undo_bytes(c, w)) +
          ForwardWorkspace::bytes(c, rows, context, std::max(1, w.threads), w.mtp) +
          uint64_t(std::max<int64_t>(0, w.logit_rows)) * uint64_t(c.vocab_size) * sizeof(float) + w.prefix_cache_bytes;
 }
@@ -71,9 +81,12 @@ std::string MemoryPlan::summary() const {
   const std::string slots_text = sessions > 1 ? fmt::format(" for {} session slots", sessions) : std::string();
   // What the reserve holds: the sessions' state at the planned context (it grows with each
   // token of context) and the workspace of the chunk (it grows with each chunk row).
+  // The undo logs beside each session, unless under 1% of its state.
+  const std::string undo =
+      undo_bytes * 100 >= session_bytes ? fmt::format(", undo logs {}", format_bytes(undo_bytes)) : std::string();
   const std::string parts = fmt::format(
-      " (session {} at {} tokens, {:.0f} B/token; chunk {} rows{}, workspace {}, {}/row)",
-      format_bytes(session_bytes), context_tokens, session_token_bytes, chunk_tokens, chunk_chosen ? " auto" : "",
+      " (session {} at {} tokens, {:.0f} B/token{}; chunk {} rows{}, workspace {}, {}/row)",
+      format_bytes(session_bytes), context_tokens, session_token_bytes, undo, chunk_tokens, chunk_chosen ? " auto" : "",
       format_bytes(workspace_bytes), format_bytes(workspace_row_bytes));
   return fmt::format("dsv4: ram plan: budget {} ({}), dense {} resident{}, {}, kv+scratch reserve {}{}{}{}, projected peak {}",
                      format_bytes(budget), budget_source, format_bytes(dense_bytes), mtp, experts,
@@ -140,9 +153,10 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
          format_bytes(p.slot_bytes), format_bytes(p.reserve_bytes));
   }
   if (workload.sessions <= 0) {
-    const uint64_t one = SessionState::bytes_at(c, std::max<int64_t>(1, workload.context_tokens), workload.mtp);
     for (int64_t n = kAutoSessions; n > 1; --n) {
       shape.sessions = n;
+      const uint64_t one =
+          SessionState::bytes_at(c, std::max<int64_t>(1, workload.context_tokens), workload.mtp) + session_undo_bytes(c, shape);
       const uint64_t reserve = workload_bytes(c, shape) + kProcessOverheadBytes;
       const uint64_t fixed = p.dense_bytes + p.mtp_bytes + reserve + uint64_t(p.min_slots) * p.slot_bytes;
       if (fixed > p.budget) continue;
@@ -187,6 +201,7 @@ MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const Worklo
   p.context_tokens = context;
   p.session_bytes = SessionState::bytes_at(c, context, workload.mtp);
   p.session_token_bytes = SessionState::bytes_per_token(c);
+  p.undo_bytes = session_undo_bytes(c, shape);
   const int threads = std::max(1, workload.threads);
   p.workspace_bytes = ForwardWorkspace::bytes(c, p.chunk_tokens, context, threads, workload.mtp);
   // Per row: the mean over rows past the head's (kHeadRows of logits) up to the chunk, at least

@@ -1,6 +1,6 @@
 // The RAM planner: from a budget (--ram) decide what stays resident and how many expert
 // cache slots exist. The dense weights are always resident; the rest of the budget, after
-// a reserve for the session state, the forward workspace, the logits the caller keeps, the
+// a reserve for the session state (and its undo logs), the forward workspace, the logits the caller keeps, the
 // server's prefix cache and the process itself, becomes expert slots. The reserve's sizes
 // come from the same functions that allocate those things (SessionState::bytes_at,
 // ForwardWorkspace::bytes). When every routed expert fits, the resident provider is used.
@@ -55,6 +55,7 @@ struct WorkloadShape {
   int threads = 1;                // compute threads (the workspace has scratch per thread)
   uint64_t prefix_cache_bytes = 0;  // the server's prefix cache bound
   bool mtp = false;               // the MTP drafter is loaded (its layer resident, experts too)
+  int64_t admit_rows = 4;         // a prompt's rows per shared pass (EngineOptions::batch_prompt_rows)
 };
 
 struct MemoryPlan {
@@ -76,6 +77,7 @@ struct MemoryPlan {
   // (one session's bytes, and per token of context), and the forward workspace of the chunk.
   int64_t context_tokens = 0;
   uint64_t session_bytes = 0;        // one session at context_tokens
+  uint64_t undo_bytes = 0;           // one session slot's undo logs (session_undo_bytes), beside it
   double session_token_bytes = 0;    // one session's bytes per token of context
   int64_t chunk_tokens = 0;          // rows per forward pass (the engine's max_rows)
   bool chunk_chosen = false;         // picked by the plan (WorkloadShape::auto_chunk)
@@ -93,8 +95,14 @@ inline constexpr uint64_t kProcessOverheadBytes = 64ull << 20;
 // set (dense + min_slots expert slots + reserve).
 MemoryPlan plan_memory(const Checkpoint& ck, const RamRequest& ram, const WorkloadShape& workload);
 
-// The reserve for a workload, without the process overhead: sessions, forward workspace,
-// kept logits, prefix cache.
+// The undo logs one session slot keeps at most beside its state: the generator's for a
+// verify pass (kMaxDraftTokens + 1 rows, within a pass's rows) and, with several sessions
+// sharing passes, the engine's for the slot's part of a shared pass (a decode row or
+// admit_rows rows of a prompt chunk). UndoLog::most_for sizes both, as they are reserved.
+uint64_t session_undo_bytes(const ModelConfig& c, const WorkloadShape& w);
+
+// The reserve for a workload, without the process overhead: sessions (their state and undo
+// logs), forward workspace, kept logits, prefix cache.
 uint64_t workload_bytes(const ModelConfig& c, const WorkloadShape& w);
 
 }  // namespace dsv4

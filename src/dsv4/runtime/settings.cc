@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "dsv4/runtime/planner.h"
+#include "dsv4/runtime/speculative.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
 
@@ -134,7 +135,7 @@ std::vector<Setting> make_table() {
              "speculative decoding: off, auto (draft when measured to pay: n-gram where the text repeats, else "
              "MTP if the drafter is loaded), ngram (always draft from earlier text) or mtp (load the checkpoint's "
              "MTP layer inside --ram and draft with it)"),
-      integer("draft_max", "--draft-max", "DSV4_DRAFT_MAX", 4, 1, 16, "most tokens drafted per step"),
+      integer("draft_max", "--draft-max", "DSV4_DRAFT_MAX", 4, 1, kMaxDraftTokens, "most tokens drafted per step"),
       // Server.
       text("host", "--host", "DSV4_HOST", "127.0.0.1", "address the server binds to"),
       integer("port", "--port", "DSV4_PORT", 8080, 0, 65535, "port the server listens on (0 = any free port)"),

@@ -16,6 +16,10 @@
 
 namespace dsv4 {
 
+// The most tokens one step drafts (--draft-max and a request's draft_max take 1 to this):
+// a verify pass carries at most kMaxDraftTokens + 1 rows, so its undo log is bounded too.
+inline constexpr int kMaxDraftTokens = 16;
+
 enum class SpecMode : uint8_t {
   kOff,    // one token per pass
   kAuto,   // draft when the measurements say it pays: n-gram drafts where the text repeats,

@@ -108,7 +108,7 @@ void parse_common(const Fields& f, const RequestDefaults& d, const RequestLimits
     else bad_value("spec", "must be \"off\", \"auto\", \"ngram\" or \"mtp\".");
   }
   r.draft_max = d.draft_max;
-  if (auto k = f.integer("draft_max", 1, 16)) r.draft_max = static_cast<int>(*k);
+  if (auto k = f.integer("draft_max", 1, kMaxDraftTokens)) r.draft_max = static_cast<int>(*k);
 
   if (!f.find("stop")) r.stop = d.stop;
   if (const Json* stop = f.find("stop")) {
