@@ -1,13 +1,16 @@
 // The forward pass against the fixtures' Hugging Face float32 references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "dsv4/io/safetensors.h"
+#include "dsv4/model/compressor.h"
 #include "dsv4/model/engine.h"
 #include "test_util.h"
 
@@ -162,6 +165,31 @@ TEST_P(ModelReference, FastNumerics) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::Values("tiny-a", "flashlike"));
+
+// The indexer's top-k selection picks exactly the set a full sort by (score descending, index
+// ascending) puts first, ties included, at the sizes a CSA layer sees (k = 512 of up to 4,096
+// blocks) and at the edges (k = n, k = 1, n = 1).
+TEST(IndexerTopK, SameSetAsAFullSortWithTies) {
+  std::mt19937 rng(7);
+  const int64_t sizes[][2] = {{1, 1}, {5, 5}, {9, 1}, {100, 4}, {4096, 512}, {1500, 512}, {513, 512}, {64, 63}};
+  for (const auto& size : sizes) {
+    const int64_t n = size[0], k = size[1];
+    for (int levels : {2, 7, 1000000}) {  // few distinct scores: many ties
+      std::vector<float> scores(n);
+      std::uniform_int_distribution<int> level(0, levels - 1);
+      for (float& s : scores) s = static_cast<float>(level(rng)) * 0.25f - 3.0f;
+      std::vector<int32_t> order(n), chosen(k);
+      pick_top_k(scores.data(), n, k, order.data(), chosen.data());
+
+      std::vector<int32_t> sorted(n);
+      for (int64_t e = 0; e < n; ++e) sorted[e] = static_cast<int32_t>(e);
+      std::stable_sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+      std::vector<int32_t> expected(sorted.begin(), sorted.begin() + k);
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(chosen, expected) << "n " << n << " k " << k << " levels " << levels;
+    }
+  }
+}
 
 // The review commands: score writes raw float32 [n, vocab]; generate prints ids.
 TEST(ModelCli, ScoreAndGenerate) {

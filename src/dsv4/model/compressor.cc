@@ -99,6 +99,19 @@ void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, 
   }
 }
 
+void pick_top_k(const float* scores, int64_t n, int64_t k, int32_t* order, int32_t* chosen) {
+  for (int64_t e = 0; e < n; ++e) order[e] = static_cast<int32_t>(e);
+  if (k < n) {
+    // Highest score first, equal scores by lower index: a total order, so the chosen set is
+    // unique and a linear selection finds the set a sort would.
+    std::nth_element(order, order + k, order + n, [&](int32_t a, int32_t b) {
+      return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+    });
+  }
+  std::copy_n(order, k, chosen);
+  std::sort(chosen, chosen + k);
+}
+
 void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w, const float* x, const float* qr,
                   LayerState* const* states) {
   ForwardWorkspace& ws = p.ws;
@@ -143,14 +156,7 @@ void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w,
         scores[e] = s;
       }
       const int64_t k = std::min<int64_t>(topk, visible);
-      for (int64_t e = 0; e < visible; ++e) order[e] = static_cast<int32_t>(e);
-      // Highest score first; equal scores keep the lower index (a fixed, documented tie rule).
-      std::partial_sort(order, order + k, order + visible, [&](int32_t a, int32_t b) {
-        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-      });
-      int32_t* chosen = ws.picks.data() + t * topk;
-      std::copy_n(order, k, chosen);
-      std::sort(chosen, chosen + k);
+      pick_top_k(scores, visible, k, order, ws.picks.data() + t * topk);
       ws.pick_count[t] = static_cast<int32_t>(k);
     }
   });
