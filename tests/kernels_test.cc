@@ -225,8 +225,8 @@ TEST(KernelPaths, BitExactAgainstScalar) {
   for (WeightFormat f : kFormats) {
     for (const Shape& sh : shapes) {
       TestMatrix t = make_matrix(f, sh.rows, sh.cols, rng, Codes::kNormal);
-      for (int64_t n : {1, 2, 3, 4, 5, 17, 64}) {
-        if (sh.cols >= 2048 && n > 5) continue;  // keep the test fast
+      for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64}) {  // every few-row kernel (n <= 8), then tiles
+        if (sh.cols >= 2048 && n > 8) continue;  // keep the test fast
         auto x = random_x(n, sh.cols, rng);
         for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
           auto want = run(s, t.m, x, n, num, nullptr, 3);
@@ -678,20 +678,23 @@ TEST(KernelFast, QuantizationEdgeCases) {
     EXPECT_EQ(detail::q_hi(128), 1);
     EXPECT_EQ(detail::q_lo(128), -128);
   }
-  // One row: Q also in the FP8 matrix-vector order (per 16 columns 0-3, 8-11, 4-7, 12-15),
-  // zeros in the padding.
+  // Up to 8 rows: Q also in the FP8 matrix-vector order (per 16 columns 0-3, 8-11, 4-7,
+  // 12-15), each row padded_cols apart, zeros in the padding.
   {
-    QuantizedInput one;
-    detail::prepare_input_with(detail::scalar_table(), x.data() + 3 * cols, 1, cols, Numerics::kFast, &one, nullptr);
-    ASSERT_EQ(static_cast<int64_t>(one.q16.size()), one.padded_cols);
+    ASSERT_EQ(static_cast<int64_t>(want.q16.size()), detail::kQ16Rows * want.padded_cols);
     const int order[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
-    for (int64_t c = 0; c < one.padded_cols; ++c) {
-      const int64_t col = c / 16 * 16 + order[c % 16];
-      const int64_t p = detail::span_pos(col);
-      ASSERT_EQ(one.q16[c], col < cols ? 256 * one.q[p] + one.ql[p] : 0) << c;
-    }
-    // Every n sizes the plane (a buffer grown once never grows again); only n == 1 fills it.
-    EXPECT_EQ(static_cast<int64_t>(want.q16.size()), want.padded_cols);
+    const int64_t pc = want.padded_cols;
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t c = 0; c < pc; ++c) {
+        const int64_t col = c / 16 * 16 + order[c % 16];
+        const int64_t p = i * pc + detail::span_pos(col);
+        ASSERT_EQ(want.q16[i * pc + c], col < cols ? 256 * want.q[p] + want.ql[p] : 0) << i << " " << c;
+      }
+    // Every n sizes the plane for 8 rows (a buffer grown once never grows again).
+    QuantizedInput many;
+    auto x9 = random_x(9, cols, rng);
+    detail::prepare_input_with(detail::scalar_table(), x9.data(), 9, cols, Numerics::kFast, &many, nullptr);
+    EXPECT_EQ(static_cast<int64_t>(many.q16.size()), detail::kQ16Rows * many.padded_cols);
   }
   for (const auto& name : runnable_paths()) {
     QuantizedInput got;

@@ -91,11 +91,15 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   }
   // The batched layout's padding rows (up to the next multiple of 8): zero activations.
   for (int64_t i = n; i % kActGroup; ++i) zero_qg_row(in->padded_cols, i, in->qg.data());
-  // Row 0 also in the FP8 matrix-vector kernel's order (from qg, where row 0's column pair p
-  // sits at 2 * kActGroup * p); sized for every n so that a buffer grown once never grows again.
-  in->q16.resize(static_cast<size_t>(in->padded_cols));
-  if (n == 1)
-    for (int64_t c = 0; c < in->padded_cols; ++c) in->q16[q16_pos(c)] = in->qg[(c / 2) * 2 * kActGroup + (c & 1)];
+  // A few rows also in the FP8 matrix-vector kernel's order (from qg, where row i < 8's column
+  // pair p sits at 2 * kActGroup * p + 2 * i); sized for every n so that a buffer grown once
+  // never grows again.
+  static_assert(kQ16Rows <= kActGroup, "the q16 rows come from the first activation group");
+  in->q16.resize(static_cast<size_t>(kQ16Rows * in->padded_cols));
+  if (n <= kQ16Rows)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < in->padded_cols; ++c)
+        in->q16[i * in->padded_cols + q16_pos(c)] = in->qg[(c / 2) * 2 * kActGroup + 2 * i + (c & 1)];
   in->quantized = true;
 }
 
@@ -121,7 +125,7 @@ bool make_job(const Matrix& w, const QuantizedInput& in, float* y, Numerics nume
   job->q = in.quantized ? in.q.data() : nullptr;
   job->ql = in.quantized ? in.ql.data() : nullptr;
   job->qg = in.quantized ? in.qg.data() : nullptr;
-  job->q16 = in.quantized && in.n == 1 ? in.q16.data() : nullptr;
+  job->q16 = in.quantized && in.n <= kQ16Rows ? in.q16.data() : nullptr;
   job->d = in.quantized ? in.d.data() : nullptr;
   job->qsum12 = in.quantized ? in.qsum12.data() : nullptr;
   job->n = in.n;
@@ -225,7 +229,8 @@ void decode_row(const Matrix& w, int64_t r, float* out) {
 
 uint64_t quantized_input_bytes(int64_t n, int64_t cols) {
   const int64_t padded = ceil_div(cols, detail::kSpan) * detail::kSpan, blocks = n * ceil_div(cols, detail::kQBlock);
-  return static_cast<uint64_t>(2 * n * padded + 2 * detail::qg_elems(n, padded) + 2 * padded + blocks * (4 + 4));
+  return static_cast<uint64_t>(2 * n * padded + 2 * detail::qg_elems(n, padded) + 2 * detail::kQ16Rows * padded +
+                               blocks * (4 + 4));
 }
 
 void prepare_input(const float* x, int64_t n, int64_t cols, Numerics numerics, QuantizedInput* in,

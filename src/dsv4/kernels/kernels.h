@@ -75,9 +75,10 @@ struct QuantizedInput {
   // Q as int16 in the batched kernel's layout: per group of 8 activation rows, per pair of
   // columns (natural order), the 8 rows' two values side by side (docs/kernels.md).
   std::vector<int16_t> qg;      // [ceil(n/8), padded_cols/2, 8, 2]
-  // Row 0 of Q as int16 in the FP8 matrix-vector kernel's order (per 16 columns
-  // 0-3, 8-11, 4-7, 12-15: the order its int16 packs leave the weights in); read when n == 1.
-  std::vector<int16_t> q16;     // [padded_cols]
+  // Q of each row as int16 in the FP8 matrix-vector kernel's order (per 16 columns
+  // 0-3, 8-11, 4-7, 12-15: the order its int16 packs leave the weights in); filled and read
+  // when n <= 8 (a decode pass of up to 8 sessions).
+  std::vector<int16_t> q16;     // [8, padded_cols]
   std::vector<float> d;         // [n, ceil(cols/32)] block scales
   std::vector<int32_t> qsum12;  // [n, ceil(cols/32)] 12 * (sum of Q in the block), for the kernels
   bool quantized = false;

@@ -134,6 +134,9 @@ static inline void scatter_qg(const int16_t* q, int64_t padded_cols, int64_t i, 
   for (int64_t p = 0; p < padded_cols / 2; ++p) std::memcpy(base + p * 2 * kActGroup, q + 2 * p, 4);
 }
 
+// Activation rows QuantizedInput::q16 holds (the FP8 kernels for a few rows read it).
+constexpr int64_t kQ16Rows = 8;
+
 // Position of column c in QuantizedInput::q16: per 16 columns [0-3, 8-11, 4-7, 12-15].
 static inline int64_t q16_pos(int64_t c) {
   const int64_t o = c & 15;
@@ -162,7 +165,7 @@ struct MatmulJob {
   const int8_t* q = nullptr;    // [n, padded_cols] high plane (fast FP4 only)
   const int8_t* ql = nullptr;   // [n, padded_cols] low plane
   const int16_t* qg = nullptr;  // Q, batched layout (qg_elems)
-  const int16_t* q16 = nullptr; // Q, FP8 matrix-vector order (n == 1 only)
+  const int16_t* q16 = nullptr; // [n, padded_cols] Q, FP8 matrix-vector order (n <= kQ16Rows only)
   const float* d = nullptr;     // [n, ceil(cols/32)]
   const int32_t* qsum12 = nullptr;  // [n, ceil(cols/32)] 12 * sum of Q per block
   int64_t n = 0;
