@@ -58,6 +58,7 @@ int32_t argmax(const std::vector<float>& v) {
 struct Round {
   double aggregate_tok_s = 0, stream_tok_s = 0, ttft_p50 = 0, ttft_max = 0, itl_p50 = 0, itl_p99 = 0;
   double bytes_per_token = 0, rows_per_pass = 0;
+  uint64_t passes = 0, returns_missed = 0;  // passes, and those that started without a session of the previous one
   // --admit-prompt: the streams' inter-token latency while the prompt was admitted / outside.
   double admit_itl_p99 = 0, admit_itl_p50 = 0, outside_itl_p50 = 0, admit_s = 0;
   int64_t admit_intervals = 0;
@@ -113,8 +114,9 @@ Round run_round(Engine& e, int n, int64_t prompt_len, int64_t gen, int64_t chunk
   std::thread admitter;
   if (admit)
     admitter = std::thread([&] {
-      Engine::BatchMember member = e.join_batch();
+      // A member from its first chunk on, not while it sleeps (the passes would wait for it).
       while (decoded.load() < std::max<int64_t>(8, int64_t(n) * gen / 8)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      Engine::BatchMember member = e.join_batch();
       std::vector<float> logits(static_cast<size_t>(V));
       admit_start = Clock::now();
       e.forward(admitted, admit_prompt, logits.data(), LogitRows::kLast, admit_chunk);
@@ -150,6 +152,8 @@ Round run_round(Engine& e, int n, int64_t prompt_len, int64_t gen, int64_t chunk
   r.bytes_per_token = tokens ? double(delta.bytes_read) / double(tokens) : 0;
   const uint64_t passes = counts_after.passes - counts_before.passes;
   r.rows_per_pass = passes ? double(counts_after.parts - counts_before.parts) / double(passes) : 0;
+  r.passes = passes;
+  r.returns_missed = counts_after.returns_missed - counts_before.returns_missed;
   if (admit) {
     r.admit_itl_p99 = quantile(in_window, 0.99);
     r.admit_itl_p50 = quantile(in_window, 0.5);
@@ -214,6 +218,11 @@ int bench_sessions(const BenchModelOptions& o) {
     for (const Round& r : v) x.push_back(r.*field);
     return median_of(x);
   };
+  auto sum = [](const std::vector<Round>& v, uint64_t Round::*field) {
+    uint64_t total = 0;
+    for (const Round& r : v) total += r.*field;
+    return total;
+  };
   const double one = med(rounds[1], &Round::aggregate_tok_s);
   nlohmann::ordered_json j;
   j["model"] = o.model.dir;
@@ -242,7 +251,9 @@ int bench_sessions(const BenchModelOptions& o) {
                   {"itl_s_p50", med(v, &Round::itl_p50)},
                   {"itl_s_p99", med(v, &Round::itl_p99)},
                   {"bytes_read_per_token", med(v, &Round::bytes_per_token)},
-                  {"sessions_per_pass", med(v, &Round::rows_per_pass)}});
+                  {"sessions_per_pass", med(v, &Round::rows_per_pass)},
+                  {"passes", sum(v, &Round::passes)},
+                  {"passes_missing_a_returning_session", sum(v, &Round::returns_missed)}});
   }
   j["by_sessions"] = by;
   if (!admitted.empty()) {
@@ -256,7 +267,9 @@ int bench_sessions(const BenchModelOptions& o) {
                       {"itl_s_p50_outside", med(admitted, &Round::outside_itl_p50)},
                       {"itl_s_p50_without", p50_without},
                       {"p99_admitted_vs_p50_without", p50_without > 0 ? p99 / p50_without : 0},
-                      {"admit_s", med(admitted, &Round::admit_s)}};
+                      {"admit_s", med(admitted, &Round::admit_s)},
+                      {"passes", sum(admitted, &Round::passes)},
+                      {"passes_missing_a_returning_session", sum(admitted, &Round::returns_missed)}};
   }
   j["peak_rss_bytes"] = peak_rss_bytes();
   if (o.json) {
@@ -268,17 +281,20 @@ int bench_sessions(const BenchModelOptions& o) {
                                       : fmt::format("{} of {} experts cached", loaded.plan.slots, loaded.plan.total_experts));
   for (const auto& row : by)
     fmt::print("sessions {:>3}  {:.2f} tok/s aggregate = {:.2f}x one session; {:.2f} tok/s per stream; TTFT p50 {:.2f} s "
-               "(max {:.2f}); ITL p50 {:.3f} s p99 {:.3f} s; {:.1f} MB read/token; {:.2f} sessions/pass (medians of {})\n",
+               "(max {:.2f}); ITL p50 {:.3f} s p99 {:.3f} s; {:.1f} MB read/token; {:.2f} sessions/pass (medians of {}); "
+               "{} of {} passes missed a session of the previous pass\n",
                row["sessions"].get<int>(), row["aggregate_tok_s"].get<double>(), row["vs_one_session"].get<double>(),
                row["stream_tok_s"].get<double>(), row["ttft_s_p50"].get<double>(), row["ttft_s_max"].get<double>(),
                row["itl_s_p50"].get<double>(), row["itl_s_p99"].get<double>(),
-               row["bytes_read_per_token"].get<double>() / 1e6, row["sessions_per_pass"].get<double>(), o.rounds);
+               row["bytes_read_per_token"].get<double>() / 1e6, row["sessions_per_pass"].get<double>(), o.rounds,
+               row["passes_missing_a_returning_session"].get<uint64_t>(), row["passes"].get<uint64_t>());
   if (j.contains("admission")) {
     const auto& a = j["admission"];
     fmt::print("admission    {} sessions + a {}-token prompt in chunks of {} ({:.1f} s): ITL p99 {:.3f} s while "
-               "admitted = {:.2f}x the p50 without it ({:.3f} s)\n",
+               "admitted = {:.2f}x the p50 without it ({:.3f} s); {} of {} passes missed a session of the previous pass\n",
                most, o.admit_prompt, admit_chunk, a["admit_s"].get<double>(), a["itl_s_p99_while_admitted"].get<double>(),
-               a["p99_admitted_vs_p50_without"].get<double>(), a["itl_s_p50_without"].get<double>());
+               a["p99_admitted_vs_p50_without"].get<double>(), a["itl_s_p50_without"].get<double>(),
+               a["passes_missing_a_returning_session"].get<uint64_t>(), a["passes"].get<uint64_t>());
   }
   fmt::print("peak RSS     {}\n", format_bytes(peak_rss_bytes()));
   return 0;

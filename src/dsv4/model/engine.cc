@@ -113,8 +113,14 @@ uint64_t Engine::batch_undo_bytes() const {
 }
 
 Engine::PassCounts Engine::pass_counts() const {
-  std::lock_guard<std::mutex> lock(counts_mutex_);
-  return counts_;
+  PassCounts counts;
+  {
+    std::lock_guard<std::mutex> lock(counts_mutex_);
+    counts = counts_;
+  }
+  std::lock_guard<std::mutex> lock(batch_mutex_);
+  counts.returns_missed = batch_returns_missed_;
+  return counts;
 }
 
 void Engine::anticipate(std::span<const int32_t> tokens) {

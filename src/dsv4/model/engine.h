@@ -141,6 +141,9 @@ class Engine {
   struct PassCounts {
     uint64_t passes = 0, rows = 0, parts = 0;
     uint64_t widest_shared = 0;  // the most rows of a pass that carried several sessions
+    // Shared passes started before every session of the previous pass had queued again (each
+    // such session's stream waits a whole extra pass: an inter-token gap of two passes).
+    uint64_t returns_missed = 0;
   };
   PassCounts pass_counts() const;
   // The bytes the logs of shared passes hold (one per session of a pass, reserved when first
@@ -224,13 +227,17 @@ class Engine {
   mutable std::mutex counts_mutex_;
 
   // Continuous batching (engine_batch.cc), under batch_mutex_.
-  std::mutex batch_mutex_;
+  mutable std::mutex batch_mutex_;
   std::condition_variable batch_cv_;
   std::vector<BatchRequest*> batch_queue_;
   int batch_members_ = 0;
   bool batch_leading_ = false;
   // The leader's (one at a time): the requests of the pass, their items, undo logs, positions.
   std::vector<BatchRequest*> batch_taken_;
+  // The sessions whose requests the previous pass finished (their threads come back after
+  // sampling) and the passes that started without one of them.
+  std::vector<const SessionState*> batch_returning_;
+  uint64_t batch_returns_missed_ = 0;
   std::vector<BatchItem> batch_items_;
   std::vector<UndoLog> batch_undo_;  // [max_rows] each reserved for batch_undo_size_ when first used
   std::vector<char> batch_undo_ready_;

@@ -78,10 +78,19 @@ void Engine::forward_batched(const BatchItem& item) {
 
 // Called with the lock held and batch_leading_ set; returns with the lock held.
 void Engine::lead_batch(std::unique_lock<std::mutex>& lock) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.batch_wait_us);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::microseconds(options_.batch_wait_us);
   while (static_cast<int>(batch_queue_.size()) < batch_members_)
     if (batch_cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
   if (batch_queue_.empty()) return;
+  // A session of the previous pass that has not queued again (and whose thread has not left)
+  // misses this pass: its stream waits two passes for a token (PassCounts::returns_missed).
+  if (static_cast<int>(batch_queue_.size()) < batch_members_ &&
+      std::any_of(batch_returning_.begin(), batch_returning_.end(), [&](const SessionState* s) {
+        return std::none_of(batch_queue_.begin(), batch_queue_.end(),
+                            [&](const BatchRequest* r) { return r->item.session == s; });
+      }))
+    ++batch_returns_missed_;
   // In arrival order while the rows fit; a second prompt chunk waits for the next pass (it
   // keeps its place), so each pass carries at most one, and prompts take turns. Beside other
   // rows a prompt chunk gives the pass only its first batch_prompt_rows rows; its rest stays
@@ -112,10 +121,12 @@ void Engine::lead_batch(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   run_requests(batch_taken_);
   lock.lock();
+  batch_returning_.clear();
   for (BatchRequest* r : batch_taken_) {
     BatchItem& item = r->item;
     if (r->error || r->take == static_cast<int64_t>(item.tokens.size())) {
       r->done = true;
+      batch_returning_.push_back(item.session);
       continue;
     }
     // The rest of a split prompt chunk: first in the queue, the next pass goes on with it.
