@@ -313,8 +313,13 @@ NodeId SchemaCompiler::compile_ref(Doc& d, const Json& s, size_t depth) {
   if (!target) d.error("$ref", fmt::format("\"{}\" does not name a part of this schema", r));
   const NodeId placeholder = g_.placeholder();
   d.refs[pointer] = {placeholder, true, d.containers};
-  // Errors inside the target name its place in the document.
-  std::vector<std::string> saved = std::move(d.path);
+  // Errors inside the target name its place in the document. The outer path comes back on
+  // every exit, an error included: the callers' PathGuards pop their segments from it.
+  struct RestorePath {
+    std::vector<std::string>& path;
+    std::vector<std::string> saved;
+    ~RestorePath() { path = std::move(saved); }
+  } restore{d.path, std::move(d.path)};
   d.path.clear();
   for (size_t start = 1; start <= pointer.size();) {
     const size_t end = std::min(pointer.find('/', start), pointer.size());
@@ -325,7 +330,6 @@ NodeId SchemaCompiler::compile_ref(Doc& d, const Json& s, size_t depth) {
     start = end + 1;
   }
   const NodeId node = compile_schema(d, *target, depth + 1);
-  d.path = std::move(saved);
   g_.define(placeholder, node);
   d.refs[pointer].in_progress = false;
   return placeholder;
