@@ -26,13 +26,13 @@ namespace dsv4 {
 void compress_tokens(const Pass& p, const CompressorWeights& w, const float* x, LayerState* const* states,
                      CompressorState LayerState::*which);
 
-// For each of the T queries of layer `spec`, the compressed entries it attends to, chosen by
-// the lightning indexer among the visible ones of its part's keys (states[i]->indexer):
-// ws.picks [T, index_topk] (ascending) and ws.pick_count [T].
 // The k (≤ n) highest of scores[0, n), equal scores taken by lower index (the documented tie
 // rule), written to chosen[0, k) in ascending index order; order [n] is scratch.
 void pick_top_k(const float* scores, int64_t n, int64_t k, int32_t* order, int32_t* chosen);
 
+// For each of the T queries of layer `spec`, the compressed entries it attends to, chosen by
+// the lightning indexer among the visible ones of its part's keys (states[i]->indexer):
+// ws.picks [T, index_topk] (ascending) and ws.pick_count [T].
 void index_select(const Pass& p, const LayerSpec& spec, const IndexerWeights& w, const float* x, const float* qr,
                   LayerState* const* states);
 

@@ -43,6 +43,7 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
   head_rows_out_.reserve(most_parts);
   batch_queue_.reserve(256);
   batch_taken_.reserve(most_parts);
+  batch_returning_.reserve(most_parts);
   batch_items_.reserve(most_parts);
   batch_start_.reserve(most_parts);
   batch_undo_.resize(most_parts);

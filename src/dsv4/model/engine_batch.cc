@@ -78,8 +78,7 @@ void Engine::forward_batched(const BatchItem& item) {
 
 // Called with the lock held and batch_leading_ set; returns with the lock held.
 void Engine::lead_batch(std::unique_lock<std::mutex>& lock) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + std::chrono::microseconds(options_.batch_wait_us);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.batch_wait_us);
   while (static_cast<int>(batch_queue_.size()) < batch_members_)
     if (batch_cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
   if (batch_queue_.empty()) return;
