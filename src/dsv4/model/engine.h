@@ -56,8 +56,10 @@ struct EngineOptions {
   // decoding session's token, a draft's verify rows); the rest of the chunk follows in the
   // next passes. A pass with no other rows takes the whole chunk. Each prompt row adds its
   // own routed experts to the pass (about 6 new ones per layer under uniform routing), so
-  // this bounds how much a prompt being admitted slows the streams of the others.
-  int64_t batch_prompt_rows = 4;
+  // this bounds how much a prompt being admitted slows the streams of the others. Two keep
+  // the streams' p99 inter-token latency within 2x the p50 (docs/benchmarks.md); four cost
+  // 1.7x a decode pass at the median and ~2.5x at the 99th percentile.
+  int64_t batch_prompt_rows = 2;
   // The test fault layer for the dense weights' and embedding rows' reads (null: none; the
   // loader passes the store's).
   std::shared_ptr<IoFaults> faults;

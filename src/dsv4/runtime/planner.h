@@ -55,7 +55,7 @@ struct WorkloadShape {
   int threads = 1;                // compute threads (the workspace has scratch per thread)
   uint64_t prefix_cache_bytes = 0;  // the server's prefix cache bound
   bool mtp = false;               // the MTP drafter is loaded (its layer resident, experts too)
-  int64_t admit_rows = 4;         // a prompt's rows per shared pass (EngineOptions::batch_prompt_rows)
+  int64_t admit_rows = 2;         // a prompt's rows per shared pass (EngineOptions::batch_prompt_rows)
 };
 
 struct MemoryPlan {

@@ -143,7 +143,7 @@ std::vector<Setting> make_table() {
       integer("parallel", "--parallel", "DSV4_PARALLEL", 0, 0, 256,
               "serve, run --batch: generations that run at once, sharing each pass over the weights (0 = from the RAM plan: "
               "up to 4 slots, as many as the budget reserves a session for without starving the expert cache)"),
-      integer("admit_rows", "--admit-rows", "DSV4_ADMIT_ROWS", 4, 1, kMaxTokens,
+      integer("admit_rows", "--admit-rows", "DSV4_ADMIT_ROWS", 2, 1, kMaxTokens,
               "serve, run --batch, bench --sessions: rows of a waiting prompt that a pass carries beside other "
               "sessions' decoding rows (the rest of its chunk follows in the next passes; alone it takes the "
               "whole chunk)"),
