@@ -227,8 +227,8 @@ TEST(KernelPaths, BitExactAgainstScalar) {
     for (const Shape& sh : shapes) {
       TestMatrix t = make_matrix(f, sh.rows, sh.cols, rng, Codes::kNormal);
       for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64}) {  // every few-row kernel (n <= 8), then tiles
-        // n = 17 there: the batched integer kernel over several column chunks (2,048 each), on
-        // every path (AVX-512 takes FP8 n <= 8 elsewhere).
+        // n = 17 there too: the batched integer kernel on one whole 2,048-column chunk and, at
+        // 8,200 columns, across several, on every path (AVX-512 takes FP8 n <= 8 elsewhere).
         if (sh.cols >= 2048 && n > 17) continue;  // keep the test fast
         auto x = random_x(n, sh.cols, rng);
         for (Numerics num : {Numerics::kReference, Numerics::kFast}) {
