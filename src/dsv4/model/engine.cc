@@ -49,7 +49,8 @@ Engine::Engine(std::unique_ptr<const Checkpoint> checkpoint, const EngineOptions
   batch_undo_.resize(most_parts);
   batch_undo_ready_.assign(most_parts, 0);
   // A batched pass's own logs hold a decode row or a prompt chunk's rows beside other rows
-  // (at most batch_prompt_rows): reserved for that many when first used, they never grow.
+  // (at most batch_prompt_rows): reserved for that many when a member joins or a pass is
+  // first that wide (reserve_batch_undo), they never grow.
   batch_undo_size_ = UndoLog::most_for(
       config(), std::clamp<int64_t>(options_.batch_prompt_rows, 1, workspace_.max_rows));
 }

@@ -148,9 +148,9 @@ class Engine {
     uint64_t returns_missed = 0;
   };
   PassCounts pass_counts() const;
-  // The bytes the logs of shared passes hold (one per session of a pass, reserved when first
-  // used for a decode row or batch_prompt_rows rows: UndoLog::most_for): what the planner
-  // reserves per session slot beside its state.
+  // The bytes the logs of shared passes hold (one per session of a pass, reserved when a
+  // member joins or a pass is first that wide, for a decode row or batch_prompt_rows rows:
+  // UndoLog::most_for): what the planner reserves per session slot beside its state.
   uint64_t batch_undo_bytes() const;
 
   // The MTP drafter (mtp.cc). Whether it is loaded (EngineOptions::mtp and a checkpoint with
@@ -184,6 +184,7 @@ class Engine {
   struct BatchRequest;
   void lead_batch(std::unique_lock<std::mutex>& lock);
   void run_requests(std::span<BatchRequest* const> requests);
+  void reserve_batch_undo(int parts);  // the logs of a pass with this many parts
   // One pass of T <= max_rows tokens of one or more sessions: embed -> layers -> (logits)
   // hc_head -> norm -> head. Callers hold forward_mutex_.
   void run_pass(std::span<const BatchItem> items);

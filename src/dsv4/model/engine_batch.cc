@@ -22,8 +22,27 @@ struct Engine::BatchRequest {
 };
 
 Engine::BatchMember::BatchMember(Engine* engine) : engine_(engine) {
-  std::lock_guard<std::mutex> lock(engine_->batch_mutex_);
-  ++engine_->batch_members_;
+  int members;
+  {
+    std::lock_guard<std::mutex> lock(engine_->batch_mutex_);
+    members = ++engine_->batch_members_;
+  }
+  engine_->reserve_batch_undo(members);
+}
+
+// Joining is admission; the passes after it are the steady state and must not allocate. So
+// the logs a pass of every member needs are reserved here, not by the first pass that is that
+// wide: with a thread finishing its warm-up early, the first pass of all members may come
+// long after the others have settled (seen as 2 allocations in a 4-thread decode run). Waits
+// for a pass in flight (the logs are the pass's).
+void Engine::reserve_batch_undo(int parts) {
+  std::lock_guard<std::mutex> lock(forward_mutex_);
+  const size_t n = std::min(static_cast<size_t>(std::max(parts, 0)), batch_undo_.size());
+  for (size_t i = 0; i < n; ++i)
+    if (!batch_undo_ready_[i]) {
+      batch_undo_[i].reserve(batch_undo_size_);
+      batch_undo_ready_[i] = 1;
+    }
 }
 
 Engine::BatchMember& Engine::BatchMember::operator=(BatchMember&& o) noexcept {
@@ -178,7 +197,9 @@ void Engine::run_requests(std::span<BatchRequest* const> requests) {
     BatchItem item = pass_part(requests[i]->item, requests[i]->take);
     batch_start_.push_back(item.session->position);
     if (!item.undo) {
-      if (!batch_undo_ready_[i]) {  // once: a decode row's or an admitted chunk's log never grows past this
+      // Once (a decode row's or an admitted chunk's log never grows past this); join_batch
+      // has reserved them for its members, a pass with callers that did not join may not.
+      if (!batch_undo_ready_[i]) {
         batch_undo_[i].reserve(batch_undo_size_);
         batch_undo_ready_[i] = 1;
       }
