@@ -185,6 +185,7 @@ class Engine {
   void lead_batch(std::unique_lock<std::mutex>& lock);
   void run_requests(std::span<BatchRequest* const> requests);
   void reserve_batch_undo(int parts);  // the logs of a pass with this many parts
+  UndoLog& batch_undo_log(size_t part);
   // One pass of T <= max_rows tokens of one or more sessions: embed -> layers -> (logits)
   // hc_head -> norm -> head. Callers hold forward_mutex_.
   void run_pass(std::span<const BatchItem> items);

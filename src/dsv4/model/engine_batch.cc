@@ -37,12 +37,18 @@ Engine::BatchMember::BatchMember(Engine* engine) : engine_(engine) {
 // for a pass in flight (the logs are the pass's).
 void Engine::reserve_batch_undo(int parts) {
   std::lock_guard<std::mutex> lock(forward_mutex_);
-  const size_t n = std::min(static_cast<size_t>(std::max(parts, 0)), batch_undo_.size());
-  for (size_t i = 0; i < n; ++i)
-    if (!batch_undo_ready_[i]) {
-      batch_undo_[i].reserve(batch_undo_size_);
-      batch_undo_ready_[i] = 1;
-    }
+  const size_t n = std::min(static_cast<size_t>(parts), batch_undo_.size());
+  for (size_t i = 0; i < n; ++i) batch_undo_log(i);
+}
+
+// Part i's log, reserved once: a decode row's or an admitted chunk's log never grows past
+// batch_undo_size_. Callers hold forward_mutex_.
+UndoLog& Engine::batch_undo_log(size_t i) {
+  if (!batch_undo_ready_[i]) {
+    batch_undo_[i].reserve(batch_undo_size_);
+    batch_undo_ready_[i] = 1;
+  }
+  return batch_undo_[i];
 }
 
 Engine::BatchMember& Engine::BatchMember::operator=(BatchMember&& o) noexcept {
@@ -197,14 +203,10 @@ void Engine::run_requests(std::span<BatchRequest* const> requests) {
     BatchItem item = pass_part(requests[i]->item, requests[i]->take);
     batch_start_.push_back(item.session->position);
     if (!item.undo) {
-      // Once (a decode row's or an admitted chunk's log never grows past this); join_batch
-      // has reserved them for its members, a pass with callers that did not join may not.
-      if (!batch_undo_ready_[i]) {
-        batch_undo_[i].reserve(batch_undo_size_);
-        batch_undo_ready_[i] = 1;
-      }
-      batch_undo_[i].begin(*item.session);
-      item.undo = &batch_undo_[i];
+      // join_batch has reserved these for its members; a pass with callers that did not
+      // join may reserve one here.
+      item.undo = &batch_undo_log(i);
+      item.undo->begin(*item.session);
     }
     batch_items_.push_back(item);
   }
