@@ -136,10 +136,22 @@ std::vector<float> run(const detail::Table& t, const Matrix& w, const std::vecto
   return out;
 }
 
+// A table's name for failure messages: the path, and its tuning where it has one.
+std::string table_label(const detail::Table& t) {
+  return *t.tuning ? std::string(t.name) + " (" + t.tuning + ")" : std::string(t.name);
+}
+
+// Every SIMD table this CPU runs, each path's variants for other cores included (the AVX-512
+// FP4 matrix-vector kernels of both cores run on any AVX-512 CPU).
 std::vector<const detail::Table*> simd_tables() {
   std::vector<const detail::Table*> out;
   for (const auto& name : runnable_paths())
     if (name != "scalar") out.push_back(&detail::table_by_name(name));
+#if defined(__x86_64__)
+  if (detail::cpu_supports("avx512"))
+    for (bool split : {false, true})
+      if (&detail::avx512_table(split) != &detail::table_by_name("avx512")) out.push_back(&detail::avx512_table(split));
+#endif
   return out;
 }
 
@@ -238,7 +250,7 @@ TEST(KernelPaths, BitExactAgainstScalar) {
               auto got = run(*tab, t.m, x, n, num, pool, 3);
               for (size_t k = 0; k < want.size(); ++k)
                 ASSERT_TRUE(same_bits(got[k], want[k]))
-                    << tab->name << " " << format_name(f) << " " << numerics_name(num) << " [" << sh.rows << ","
+                    << table_label(*tab) << " " << format_name(f) << " " << numerics_name(num) << " [" << sh.rows << ","
                     << sh.cols << "] n=" << n << " threads=" << (pool ? 2 : 1) << " at " << k << ": " << got[k]
                     << " vs " << want[k];
             }
@@ -303,7 +315,7 @@ TEST(KernelPaths, AllCodesAndEdgeScales) {
           for (const detail::Table* tab : tables) {
             auto got = run(*tab, t.m, x, n, num, &pool2);
             for (size_t k = 0; k < want.size(); ++k)
-              ASSERT_TRUE(same_bits(got[k], want[k])) << tab->name << " " << format_name(f) << " "
+              ASSERT_TRUE(same_bits(got[k], want[k])) << table_label(*tab) << " " << format_name(f) << " "
                                                       << numerics_name(num) << " scales " << lo << ".." << hi
                                                       << " n=" << n << " at " << k;
           }
@@ -385,12 +397,12 @@ TEST(KernelPaths, DotAndAxpyBitExact) {
   for (const detail::Table* tab : simd_tables()) {
     for (int64_t n : {0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 128, 511, 512, 1000}) {
       auto a = random_x(1, n, rng), b = random_x(1, n, rng);
-      ASSERT_TRUE(same_bits(tab->dot(a.data(), b.data(), n), s.dot(a.data(), b.data(), n))) << tab->name << n;
+      ASSERT_TRUE(same_bits(tab->dot(a.data(), b.data(), n), s.dot(a.data(), b.data(), n))) << table_label(*tab) << n;
       std::vector<float> y1 = b, y2 = b;
       tab->axpy(-1.25f, a.data(), y1.data(), n);
       s.axpy(-1.25f, a.data(), y2.data(), n);
       if (n > 0) {
-        ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << tab->name << n;
+        ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << table_label(*tab) << n;
       }
     }
   }
@@ -411,7 +423,7 @@ TEST(KernelPaths, DotManyAndAxpyManyBitExact) {
         std::vector<float> got(size_t(nq), -1.0f);
         tab->dot_many(q.data(), stride, nq, r.data(), n, got.data());
         for (int64_t h = 0; h < nq; ++h)
-          ASSERT_TRUE(same_bits(got[h], s.dot(q.data() + h * stride, r.data(), n))) << tab->name << " n=" << n << " nq=" << nq << " h=" << h;
+          ASSERT_TRUE(same_bits(got[h], s.dot(q.data() + h * stride, r.data(), n))) << table_label(*tab) << " n=" << n << " nq=" << nq << " h=" << h;
       }
       for (int64_t nh : {1, 3, 4, 5, 8, 9, 12}) {
         for (int64_t nrows : {0, 1, 5, 17}) {
@@ -426,7 +438,7 @@ TEST(KernelPaths, DotManyAndAxpyManyBitExact) {
           for (int64_t j = 0; j < nrows; ++j)
             for (int64_t h = 0; h < nh; ++h) s.axpy(p[h * p_stride + j], rows[j], o2.data() + h * o_stride, n);
           ASSERT_EQ(std::memcmp(o1.data(), o2.data(), o1.size() * 4), 0)
-              << tab->name << " n=" << n << " nh=" << nh << " rows=" << nrows;  // the gaps between outputs untouched too
+              << table_label(*tab) << " n=" << n << " nh=" << nh << " rows=" << nrows;  // the gaps between outputs untouched too
         }
       }
     }
@@ -763,7 +775,7 @@ TEST(KernelBench, JsonFieldsAndForcedPath) {
   for (const auto& j : doc) {
     std::vector<std::string> keys;
     for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-    EXPECT_EQ(keys, (std::vector<std::string>{"format", "rows", "cols", "n", "mode", "path", "seconds", "weight_gbps",
+    EXPECT_EQ(keys, (std::vector<std::string>{"format", "rows", "cols", "n", "mode", "path", "tuning", "seconds", "weight_gbps",
                                               "gflops", "dram_gbps", "fma_gflops"}));
     EXPECT_EQ(j["format"], "fp4");
     EXPECT_EQ(j["n"], 16);

@@ -131,7 +131,11 @@ int bench_kernels(const BenchKernelsOptions& o) {
   ThreadPool pool(threads);
   const std::string path = kernels::active_path();
 
-  if (!o.json) std::printf("dsv4 bench kernels: path %s, %d threads; measuring machine limits...\n", path.c_str(), threads);
+  if (!o.json) {
+    const std::string tuning = kernels::active_tuning();
+    std::printf("dsv4 bench kernels: path %s%s%s%s, %d threads; measuring machine limits...\n", path.c_str(),
+                tuning.empty() ? "" : " (", tuning.c_str(), tuning.empty() ? "" : ")", threads);
+  }
   kernels::MachineLimits lim = kernels::measure_machine_limits(&pool);
   if (!o.json) {
     double load[3] = {0, 0, 0};
@@ -200,6 +204,7 @@ int bench_kernels(const BenchKernelsOptions& o) {
       j["n"] = r.n;
       j["mode"] = kernels::numerics_name(r.mode);
       j["path"] = path;
+      j["tuning"] = kernels::active_tuning();
       j["seconds"] = r.seconds;
       j["weight_gbps"] = r.weight_gbps;
       j["gflops"] = r.gflops;

@@ -490,6 +490,7 @@ int bench_model(const BenchModelOptions& o) {
     d["gen_tokens"] = o.gen_tokens;
     d["threads"] = engine->threads();
     d["kernels"] = kernels::active_path();
+    d["kernel_tuning"] = kernels::active_tuning();
     d["chunk"] = engine->max_rows();
     d["chunk_auto"] = o.model.chunk <= 0;
     d["fma_gflops_before_after"] = {fma_before, fma_after};

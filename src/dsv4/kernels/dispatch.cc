@@ -18,12 +18,16 @@ namespace {
 // and the OS must also have enabled the AVX / AVX-512 register state (XCR0).
 struct CpuFeatures {
   bool avx2 = false, avx512 = false;
+  bool split_512 = false;  // AVX-512 run as two 256-bit halves: AMD family 19h (Zen 4; Zen 3 has none)
 };
 
 CpuFeatures detect() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const unsigned base_family = (a >> 8) & 0xf, family = base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family;
   const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
   if (!osxsave || !avx) return f;
   unsigned xlo, xhi;
@@ -34,6 +38,12 @@ CpuFeatures detect() {
              avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
   f.avx2 = ymm_state && avx2 && fma && f16c && bmi2;
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
+  f.split_512 = f.avx512 && amd && family == 0x19;
+  return f;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
   return f;
 }
 #endif
@@ -46,9 +56,8 @@ bool cpu_supports(const std::string& path) {
   if (path == "neon") return true;  // Advanced SIMD is part of every ARMv8-A core
 #endif
 #if defined(__x86_64__) || defined(__i386__)
-  static const CpuFeatures f = detect();
-  if (path == "avx2") return f.avx2;
-  if (path == "avx512") return f.avx512;
+  if (path == "avx2") return cpu_features().avx2;
+  if (path == "avx512") return cpu_features().avx512;
 #endif
   return false;
 }
@@ -59,7 +68,7 @@ const Table* compiled(const std::string& name) {
   if (name == "scalar") return &scalar_table();
 #if defined(__x86_64__)
   if (name == "avx2") return &avx2_table();
-  if (name == "avx512") return &avx512_table();
+  if (name == "avx512") return &avx512_table(cpu_features().split_512);  // the variant for this core
 #endif
 #if defined(__aarch64__)
   if (name == "neon") return &neon_table();

@@ -267,5 +267,6 @@ void axpy_many(const float* p, int64_t p_stride, int64_t nh, const float* const*
 }
 
 std::string active_path() { return detail::active_table().name; }
+std::string active_tuning() { return detail::active_table().tuning; }
 
 }  // namespace dsv4::kernels

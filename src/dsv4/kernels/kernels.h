@@ -131,6 +131,8 @@ void axpy_many(const float* p, int64_t p_stride, int64_t nh, const float* const*
 // The instruction-set path in use ("scalar", "avx2", "avx512"), chosen once at start-up.
 // DSV4_KERNELS=scalar|avx2|avx512 forces one (an unavailable choice is an error).
 std::string active_path();
+// What the path in use does differently on this core (a variant tuned for it), "" if nothing.
+std::string active_tuning();
 
 // Paths this binary has and this CPU can run, best last (always starts with "scalar").
 std::vector<std::string> runnable_paths();

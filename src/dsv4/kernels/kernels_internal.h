@@ -193,12 +193,17 @@ struct Table {
   // (returns the FLOP count done), and a vectorized read of [p, p + bytes) (returns a checksum).
   double (*fma_probe)(int64_t iters);
   double (*read_probe)(const void* p, int64_t bytes);
+  // What this table does differently from others of the same name (for the benchmarks'
+  // reports), "" if nothing: one path may have a variant tuned for some cores.
+  const char* tuning;
 };
 
 const Table& scalar_table();
 #if defined(__x86_64__)
 const Table& avx2_table();    // kernels_avx2.cc (the x86 files are built only for x86-64)
-const Table& avx512_table();  // kernels_avx512.cc
+// kernels_avx512.cc. `split_512`: the variant for cores that run 512-bit operations as two
+// 256-bit halves (Zen 4), whose FP4 matrix-vector product is the two-phase 256-bit kernel.
+const Table& avx512_table(bool split_512);
 #endif
 #if defined(__aarch64__)
 const Table& neon_table();    // kernels_neon.cc (built only for aarch64)

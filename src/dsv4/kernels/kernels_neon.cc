@@ -536,7 +536,7 @@ namespace dsv4::kernels::detail {
 const Table& neon_table() {
   static const Table t{"neon",          dsv4_neon::matmul_rows, dsv4_neon::quantize_rows, dsv4_neon::dot,
                        dsv4_neon::axpy, dsv4_neon::dot_many,    dsv4_neon::axpy_many,     dsv4_neon::fma_probe,
-                       dsv4_neon::read_probe};
+                       dsv4_neon::read_probe,   ""};
   return t;
 }
 

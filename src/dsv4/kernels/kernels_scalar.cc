@@ -167,7 +167,7 @@ double read_probe_scalar(const void* p, int64_t bytes) {
 const Table& scalar_table() {
   static const Table t{"scalar",        matmul_rows_scalar, quantize_rows_scalar, dot_scalar,
                        axpy_scalar,     dot_many_scalar,    axpy_many_scalar,     fma_probe_scalar,
-                       read_probe_scalar};
+                       read_probe_scalar, ""};
   return t;
 }
 
