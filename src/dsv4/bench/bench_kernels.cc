@@ -129,10 +129,9 @@ int bench_kernels(const BenchKernelsOptions& o) {
   if (o.mode == "reference" || o.mode == "both") modes.push_back(Numerics::kReference);
   int threads = o.threads > 0 ? o.threads : available_cpus();
   ThreadPool pool(threads);
-  const std::string path = kernels::active_path();
+  const std::string path = kernels::active_path(), tuning = kernels::active_tuning();
 
   if (!o.json) {
-    const std::string tuning = kernels::active_tuning();
     std::printf("dsv4 bench kernels: path %s%s%s%s, %d threads; measuring machine limits...\n", path.c_str(),
                 tuning.empty() ? "" : " (", tuning.c_str(), tuning.empty() ? "" : ")", threads);
   }
@@ -204,7 +203,7 @@ int bench_kernels(const BenchKernelsOptions& o) {
       j["n"] = r.n;
       j["mode"] = kernels::numerics_name(r.mode);
       j["path"] = path;
-      j["tuning"] = kernels::active_tuning();
+      j["tuning"] = tuning;
       j["seconds"] = r.seconds;
       j["weight_gbps"] = r.weight_gbps;
       j["gflops"] = r.gflops;

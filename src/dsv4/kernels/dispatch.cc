@@ -27,7 +27,8 @@ CpuFeatures detect() {
   if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
   const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const unsigned base_family = (a >> 8) & 0xf, family = base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family;
+  const unsigned base_family = (a >> 8) & 0xf;
+  const unsigned family = base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family;
   const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
   if (!osxsave || !avx) return f;
   unsigned xlo, xhi;

@@ -55,14 +55,15 @@ namespace dsv4::kernels::detail {
 // L2): two threads from DRAM, alternating `bench kernels --n 1` runs, medians 14.3 / 12.9 GB/s
 // (w1/w3 / w2) against 22.8 / 22.4.
 const Table& avx512_table(bool split_512) {
-  static const Table wide{"avx512",        dsv4_simd::matmul_rows<true>, dsv4_simd::quantize_rows,
-                          dsv4_simd::dot,  dsv4_simd::axpy,              dsv4_simd::dot_many,
-                          dsv4_simd::axpy_many, dsv4_simd::fma_probe512, dsv4_simd::read_probe,
-                          ""};
-  static const Table split{"avx512",        dsv4_simd::matmul_rows<false>, dsv4_simd::quantize_rows,
-                           dsv4_simd::dot,  dsv4_simd::axpy,               dsv4_simd::dot_many,
-                           dsv4_simd::axpy_many, dsv4_simd::fma_probe512,  dsv4_simd::read_probe,
-                           "two-phase 256-bit FP4 matrix-vector kernel, for cores that split 512-bit operations"};
+  static const Table wide{"avx512",        dsv4_simd::matmul_rows<true>, dsv4_simd::quantize_rows, dsv4_simd::dot,
+                          dsv4_simd::axpy, dsv4_simd::dot_many,          dsv4_simd::axpy_many,     dsv4_simd::fma_probe512,
+                          dsv4_simd::read_probe, ""};
+  static const Table split = [] {  // the same table but for the FP4 matrix-vector kernel
+    Table t = wide;
+    t.matmul_rows = dsv4_simd::matmul_rows<false>;
+    t.tuning = "two-phase 256-bit FP4 matrix-vector kernel, for cores that split 512-bit operations";
+    return t;
+  }();
   return split_512 ? split : wide;
 }
 
