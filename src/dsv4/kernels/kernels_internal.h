@@ -175,6 +175,23 @@ struct MatmulJob {
   Numerics numerics = Numerics::kReference;
 };
 
+// Row i of a job's activations as a one-row job (the quantized planes, their block scales and
+// the output row; the batched layouts qg and q16 are left out).
+inline MatmulJob row_job(const MatmulJob& job, int64_t i) {
+  const int64_t nb = ceil_div(job.w.cols, 32);
+  MatmulJob one = job;
+  one.n = 1;
+  one.x = job.x ? job.x + i * job.w.cols : nullptr;
+  one.q = job.q ? job.q + i * job.padded_cols : nullptr;
+  one.ql = job.ql ? job.ql + i * job.padded_cols : nullptr;
+  one.qg = nullptr;
+  one.q16 = nullptr;
+  one.d = job.d ? job.d + i * nb : nullptr;
+  one.qsum12 = job.qsum12 ? job.qsum12 + i * nb : nullptr;
+  one.y = job.y + i * job.y_stride;
+  return one;
+}
+
 // One instruction-set path. Filled once; never changes afterwards.
 struct Table {
   const char* name;
