@@ -193,39 +193,41 @@ void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, floa
   }
 }
 
-}  // namespace detail
-
-void decode_row(const Matrix& w, int64_t r, float* out) {
+void decode_cols(const Matrix& w, int64_t r, int64_t c0, int64_t len, float* out) {
   switch (w.format) {
     case WeightFormat::kF32: {
-      const float* p = static_cast<const float*>(w.data) + r * w.cols;
-      std::copy(p, p + w.cols, out);
+      const float* p = static_cast<const float*>(w.data) + r * w.cols + c0;
+      std::copy(p, p + len, out);
       break;
     }
     case WeightFormat::kBF16: {
       const uint16_t* p = static_cast<const uint16_t*>(w.data) + r * w.cols;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(p[c]);
+      for (int64_t c = c0; c < c0 + len; ++c) out[c - c0] = bf16_to_f32(p[c]);
       break;
     }
     case WeightFormat::kFP8: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols;
       const int64_t scale_cols = ceil_div(w.cols, 128);
       const uint8_t* s = w.scales + (r / 128) * scale_cols;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = fp8_e4m3_to_f32(p[c]) * e8m0_to_f32(s[c / 128]);
+      for (int64_t c = c0; c < c0 + len; ++c) out[c - c0] = fp8_e4m3_to_f32(p[c]) * e8m0_to_f32(s[c / 128]);
       break;
     }
     case WeightFormat::kFP4: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
       const uint8_t* s = w.scales + r * ceil_div(w.cols, 32);
-      for (int64_t c = 0; c < w.cols; ++c) {
+      for (int64_t c = c0; c < c0 + len; ++c) {
         uint8_t byte = p[c / 2];
         uint8_t code = (c & 1) ? (byte >> 4) : (byte & 15);
-        out[c] = fp4_e2m1_to_f32(code) * e8m0_to_f32(s[c / 32]);
+        out[c - c0] = fp4_e2m1_to_f32(code) * e8m0_to_f32(s[c / 32]);
       }
       break;
     }
   }
 }
+
+}  // namespace detail
+
+void decode_row(const Matrix& w, int64_t r, float* out) { detail::decode_cols(w, r, 0, w.cols, out); }
 
 uint64_t quantized_input_bytes(int64_t n, int64_t cols) {
   const int64_t padded = ceil_div(cols, detail::kSpan) * detail::kSpan, blocks = n * ceil_div(cols, detail::kQBlock);

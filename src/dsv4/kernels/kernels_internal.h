@@ -232,6 +232,9 @@ const Table& active_table();
 // A path by name; throws Error if unknown, not compiled in, or not supported by this CPU.
 const Table& table_by_name(const std::string& name);
 
+// Columns [c0, c0 + len) of row r as floats (decode_row is the whole row).
+void decode_cols(const Matrix& w, int64_t r, int64_t c0, int64_t len, float* out);
+
 // The front end with an explicit path (tests run every path through this).
 void matmul_with(const Table& t, const Matrix& w, const QuantizedInput& in, float* y,
                  Numerics numerics, ThreadPool* pool, int64_t y_stride);
