@@ -128,10 +128,10 @@ static inline int64_t qg_elems(int64_t n, int64_t padded_cols) {
   return ceil_div(n, kActGroup) * kActGroup * padded_cols;
 }
 
-// Writes activation row i's Q (natural column order, padded_cols values) into the qg layout.
-static inline void scatter_qg(const int16_t* q, int64_t padded_cols, int64_t i, int16_t* qg) {
-  int16_t* base = qg + (i / kActGroup) * kActGroup * padded_cols + (i % kActGroup) * 2;
-  for (int64_t p = 0; p < padded_cols / 2; ++p) std::memcpy(base + p * 2 * kActGroup, q + 2 * p, 4);
+// Activation row i's first column pair in the qg layout; its column pair p is 2 * kActGroup * p
+// further on.
+static inline int16_t* qg_row(int16_t* qg, int64_t padded_cols, int64_t i) {
+  return qg + (i / kActGroup) * kActGroup * padded_cols + (i % kActGroup) * 2;
 }
 
 // Activation rows QuantizedInput::q16 holds (the FP8 kernels for a few rows read it).
@@ -145,7 +145,7 @@ static inline int64_t q16_pos(int64_t c) {
 
 // Row i of the batched layout set to zero (the padding rows up to a multiple of kActGroup).
 static inline void zero_qg_row(int64_t padded_cols, int64_t i, int16_t* qg) {
-  int16_t* base = qg + (i / kActGroup) * kActGroup * padded_cols + (i % kActGroup) * 2;
+  int16_t* base = qg_row(qg, padded_cols, i);
   for (int64_t p = 0; p < padded_cols / 2; ++p) std::memset(base + p * 2 * kActGroup, 0, 4);
 }
 

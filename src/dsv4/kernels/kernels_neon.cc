@@ -147,7 +147,7 @@ static void quantize_rows(const float* xall, int64_t cols, int64_t pc, int64_t i
   const int64_t nb = ceil_div(cols, kd::kQBlock);
   for (int64_t i = i0; i < i1; ++i) {
     const float* x = xall + i * cols;
-    int16_t* qg = out.qg + (i / kd::kActGroup) * kd::kActGroup * pc + (i % kd::kActGroup) * 2;
+    int16_t* qg = kd::qg_row(out.qg, pc, i);
     for (int64_t s = 0; s < pc; s += 64) {
       int32_t nat[64] = {};
       for (int64_t b = s / 32; b < s / 32 + 2 && b < nb; ++b) {

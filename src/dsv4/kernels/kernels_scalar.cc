@@ -113,8 +113,7 @@ void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i
     int8_t* q = out.q + i * pc;
     int8_t* ql = out.ql + i * pc;
     float* d = out.d + i * nb;
-    // row i of the batched layout: column pair p at qg_row + 2 * kActGroup * p
-    int16_t* qg_row = out.qg + (i / kActGroup) * kActGroup * pc + (i % kActGroup) * 2;
+    int16_t* qg = qg_row(out.qg, pc, i);
     zero_qg_row(pc, i, out.qg);
     for (int64_t c = 0; c < pc; ++c) q[c] = 0, ql[c] = 0;
     for (int64_t b = 0; b < nb; ++b) {
@@ -123,7 +122,7 @@ void quantize_rows_scalar(const float* xall, int64_t cols, int64_t pc, int64_t i
       int32_t sum = 0;
       for (int k = 0; k < len; ++k) {
         const int64_t c = b * kQBlock + k, p = span_pos(c);
-        qg_row[(c / 2) * 2 * kActGroup + (c & 1)] = static_cast<int16_t>(blk[k]);
+        qg[(c / 2) * 2 * kActGroup + (c & 1)] = static_cast<int16_t>(blk[k]);
         q[p] = q_hi(blk[k]);
         ql[p] = q_lo(blk[k]);
         sum += blk[k];
