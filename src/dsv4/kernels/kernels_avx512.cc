@@ -47,21 +47,24 @@ double fma_probe512(int64_t iters) {
 
 namespace dsv4::kernels::detail {
 
-// The FP4 matrix-vector kernel differs by core. fp4_matvec512 (16 rows per 512-bit step) was
-// chosen on Intel, where it beat the AVX2 kernel of the time; the two-phase kernel compiled
-// here (VNNI) has not been measured there or on Zen 5, so they keep it. On Zen 4, which splits
-// each 512-bit operation into two 256-bit halves and has a 32 KiB L1d, its 16 interleaved row
-// streams ran at about 60 % of the two-phase kernel's speed (one linear stream, prefetched into
-// L2): two threads from DRAM, alternating `bench kernels --n 1` runs, medians 14.3 / 12.9 GB/s
-// (w1/w3 / w2) against 22.8 / 22.4.
+// The matrix-vector kernels differ by core. fp4_matvec512 and fp8_rows512 (16 rows per
+// 512-bit step) were chosen on Intel, where they beat the AVX2 kernels of the time; the 256-bit
+// kernels compiled here (VNNI, 32 registers) have not been measured there or on Zen 5, so
+// those keep them. Zen 4 splits each 512-bit operation into two 256-bit halves and has a
+// 32 KiB L1d:
+// - FP4: fp4_matvec512's 16 interleaved row streams ran at about 60 % of the two-phase kernel's
+//   speed (one linear stream, prefetched into L2): two threads from DRAM, alternating `bench
+//   kernels --n 1` runs, medians 14.3 / 12.9 GB/s (w1/w3 / w2) against 22.8 / 22.4;
+// - FP8, 1-3 activation rows: fp8_rows (8 rows per step) took 0.87x, 0.92x and 0.93x of
+//   fp8_rows512's time (one thread, in cache). From 4 rows on fp8_rows512 keeps them.
 const Table& avx512_table(bool split_512) {
   static const Table wide{"avx512",        dsv4_simd::matmul_rows<true>, dsv4_simd::quantize_rows, dsv4_simd::dot,
                           dsv4_simd::axpy, dsv4_simd::dot_many,          dsv4_simd::axpy_many,     dsv4_simd::fma_probe512,
                           dsv4_simd::read_probe, ""};
-  static const Table split = [] {  // the same table but for the FP4 matrix-vector kernel
+  static const Table split = [] {  // the same table but for the matrix-vector kernels
     Table t = wide;
     t.matmul_rows = dsv4_simd::matmul_rows<false>;
-    t.tuning = "two-phase 256-bit FP4 matrix-vector kernel, for cores that split 512-bit operations";
+    t.tuning = "256-bit FP4 and FP8 matrix-vector kernels, for cores that split 512-bit operations";
     return t;
   }();
   return split_512 ? split : wide;
