@@ -55,8 +55,9 @@ namespace dsv4::kernels::detail {
 // - FP4: fp4_matvec512's 16 interleaved row streams ran at about 60 % of the two-phase kernel's
 //   speed (one linear stream, prefetched into L2): two threads from DRAM, alternating `bench
 //   kernels --n 1` runs, medians 14.3 / 12.9 GB/s (w1/w3 / w2) against 22.8 / 22.4;
-// - FP8, 1-3 activation rows: fp8_rows (8 rows per step) took 0.87x, 0.92x and 0.93x of
-//   fp8_rows512's time (one thread, in cache). From 4 rows on fp8_rows512 keeps them.
+// - FP8: fp8_rows (8 rows per step) took 0.87x, 0.92x and 0.93x of fp8_rows512's time for
+//   1-3 activation rows (one thread, in cache), and the tiles 0.75-1.0x for 4-8 rows (two
+//   threads from DRAM), so these cores route FP8 as the AVX2 table does.
 const Table& avx512_table(bool split_512) {
   static const Table wide{"avx512",        dsv4_simd::matmul_rows<true>, dsv4_simd::quantize_rows, dsv4_simd::dot,
                           dsv4_simd::axpy, dsv4_simd::dot_many,          dsv4_simd::axpy_many,     dsv4_simd::fma_probe512,
