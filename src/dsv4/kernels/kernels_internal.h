@@ -178,7 +178,7 @@ struct MatmulJob {
 // Row i of a job's activations as a one-row job (the quantized planes, their block scales and
 // the output row; the batched layouts qg and q16 are left out).
 inline MatmulJob row_job(const MatmulJob& job, int64_t i) {
-  const int64_t nb = ceil_div(job.w.cols, 32);
+  const int64_t nb = ceil_div(job.w.cols, kQBlock);
   MatmulJob one = job;
   one.n = 1;
   one.x = job.x ? job.x + i * job.w.cols : nullptr;
