@@ -141,16 +141,17 @@ std::string table_label(const detail::Table& t) {
   return *t.tuning ? std::string(t.name) + " (" + t.tuning + ")" : std::string(t.name);
 }
 
-// Every SIMD table this CPU runs, each path's variants for other cores included (the AVX-512
-// FP4 matrix-vector kernels of both cores run on any AVX-512 CPU).
+// Every SIMD table this CPU runs, each path's variants for other cores included (every AVX-512
+// variant's kernels run on any AVX-512 CPU).
 std::vector<const detail::Table*> simd_tables() {
   std::vector<const detail::Table*> out;
   for (const auto& name : runnable_paths())
     if (name != "scalar") out.push_back(&detail::table_by_name(name));
 #if defined(__x86_64__)
+  using detail::Avx512Core;
   if (detail::cpu_supports("avx512"))
-    for (bool split : {false, true})
-      if (&detail::avx512_table(split) != &detail::table_by_name("avx512")) out.push_back(&detail::avx512_table(split));
+    for (Avx512Core core : {Avx512Core::kIntel, Avx512Core::kZen4, Avx512Core::kZen5})
+      if (&detail::avx512_table(core) != &detail::table_by_name("avx512")) out.push_back(&detail::avx512_table(core));
 #endif
   return out;
 }

@@ -18,7 +18,9 @@ namespace {
 // and the OS must also have enabled the AVX / AVX-512 register state (XCR0).
 struct CpuFeatures {
   bool avx2 = false, avx512 = false;
-  bool split_512 = false;  // AVX-512 run as two 256-bit halves: AMD family 19h (Zen 4; Zen 3 has none)
+  // Which AVX-512 variant: AMD family 19h is Zen 4 (Zen 3, the same family, has no AVX-512),
+  // 1Ah is Zen 5; later AMD families get Zen 5's until measured.
+  Avx512Core avx512_core = Avx512Core::kIntel;
 };
 
 CpuFeatures detect() {
@@ -39,7 +41,8 @@ CpuFeatures detect() {
              avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
   f.avx2 = ymm_state && avx2 && fma && f16c && bmi2;
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
-  f.split_512 = f.avx512 && amd && family == 0x19;
+  if (amd && family == 0x19) f.avx512_core = Avx512Core::kZen4;
+  if (amd && family >= 0x1a) f.avx512_core = Avx512Core::kZen5;
   return f;
 }
 
@@ -69,7 +72,7 @@ const Table* compiled(const std::string& name) {
   if (name == "scalar") return &scalar_table();
 #if defined(__x86_64__)
   if (name == "avx2") return &avx2_table();
-  if (name == "avx512") return &avx512_table(cpu_features().split_512);  // the variant for this core
+  if (name == "avx512") return &avx512_table(cpu_features().avx512_core);  // the variant for this core
 #endif
 #if defined(__aarch64__)
   if (name == "neon") return &neon_table();

@@ -47,28 +47,34 @@ double fma_probe512(int64_t iters) {
 
 namespace dsv4::kernels::detail {
 
-// The matrix-vector kernels differ by core. fp4_matvec512 and fp8_rows512 (16 rows per
-// 512-bit step) were chosen on Intel, where they beat the AVX2 kernels of the time; the 256-bit
-// kernels compiled here (VNNI, 32 registers) have not been measured there or on Zen 5, so
-// those keep them. Zen 4 splits each 512-bit operation into two 256-bit halves and has a
-// 32 KiB L1d:
-// - FP4: fp4_matvec512's 16 interleaved row streams ran at about 60 % of the two-phase kernel's
-//   speed (one linear stream, prefetched into L2): two threads from DRAM, alternating `bench
-//   kernels --n 1` runs, medians 14.3 / 12.9 GB/s (w1/w3 / w2) against 22.8 / 22.4;
-// - FP8: fp8_rows (8 rows per step) took 0.87x, 0.92x and 0.93x of fp8_rows512's time for
-//   1-3 activation rows (one thread, in cache), and the tiles 0.75-1.0x for 4-8 rows (two
-//   threads from DRAM), so these cores route FP8 as the AVX2 table does.
-const Table& avx512_table(bool split_512) {
-  static const Table wide{"avx512",        dsv4_simd::matmul_rows<true>, dsv4_simd::quantize_rows, dsv4_simd::dot,
-                          dsv4_simd::axpy, dsv4_simd::dot_many,          dsv4_simd::axpy_many,     dsv4_simd::fma_probe512,
-                          dsv4_simd::read_probe, ""};
-  static const Table split = [] {  // the same table but for the matrix-vector kernels
-    Table t = wide;
-    t.matmul_rows = dsv4_simd::matmul_rows<false>;
+// The few-row kernels differ by core (FewRowRouting in kernels_x86.inc has the measurements).
+// Intel keeps the 512-bit matrix-vector kernels it was tuned on, and so does any core not
+// named here; Zen 4 routes as the AVX2 table does; Zen 5 takes the 256-bit kernels for up to
+// 3 rows and fp8_rows512 for 4-8 FP8 rows.
+const Table& avx512_table(Avx512Core core) {
+  static constexpr dsv4_simd::FewRowRouting kIntel{true, 1, 0, 8}, kZen5{false, 4, 3, 8};
+  static const Table intel{"avx512",        dsv4_simd::matmul_rows<kIntel>, dsv4_simd::quantize_rows,
+                           dsv4_simd::dot,  dsv4_simd::axpy,                dsv4_simd::dot_many,
+                           dsv4_simd::axpy_many, dsv4_simd::fma_probe512,   dsv4_simd::read_probe,
+                           ""};
+  static const Table zen4 = [] {  // the same table but for the few-row kernels
+    Table t = intel;
+    t.matmul_rows = dsv4_simd::matmul_rows<dsv4_simd::kRouting256>;
     t.tuning = "256-bit FP4 and FP8 matrix-vector kernels, for cores that split 512-bit operations";
     return t;
   }();
-  return split_512 ? split : wide;
+  static const Table zen5 = [] {
+    Table t = intel;
+    t.matmul_rows = dsv4_simd::matmul_rows<kZen5>;
+    t.tuning = "256-bit FP4 and FP8 matrix-vector kernels up to 3 rows, 512-bit FP8 for 4-8 rows (Zen 5)";
+    return t;
+  }();
+  switch (core) {
+    case Avx512Core::kZen4: return zen4;
+    case Avx512Core::kZen5: return zen5;
+    case Avx512Core::kIntel: break;
+  }
+  return intel;
 }
 
 }  // namespace dsv4::kernels::detail

@@ -218,9 +218,11 @@ struct Table {
 const Table& scalar_table();
 #if defined(__x86_64__)
 const Table& avx2_table();    // kernels_avx2.cc (the x86 files are built only for x86-64)
-// kernels_avx512.cc. `split_512`: the variant for cores that run 512-bit operations as two
-// 256-bit halves (Zen 4), whose FP4 matrix-vector product is the two-phase 256-bit kernel.
-const Table& avx512_table(bool split_512);
+// kernels_avx512.cc: one table per core family, with the same name and bits; they differ in
+// which kernel takes a product of few activation rows (measured per core). kIntel is also
+// the one for cores not known otherwise.
+enum class Avx512Core { kIntel, kZen4, kZen5 };
+const Table& avx512_table(Avx512Core core);
 #endif
 #if defined(__aarch64__)
 const Table& neon_table();    // kernels_neon.cc (built only for aarch64)
