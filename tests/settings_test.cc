@@ -124,7 +124,7 @@ TEST(Settings, ValuesParseExactlyOrAreRefusedNamingTheSource) {
   EXPECT_NE(refused("top_p", "0", "--top-p").find("above 0 and at most 1"), std::string::npos);
   EXPECT_EQ(refused("top_p", "0.5", "--top-p"), "accepted");
   EXPECT_NE(refused("numerics", "fastest", "--numerics").find("one of reference, fast"), std::string::npos);
-  EXPECT_NE(refused("kernels", "sse9", "DSV4_KERNELS").find("auto, scalar, avx2, avx512"), std::string::npos);
+  EXPECT_NE(refused("kernels", "sse9", "DSV4_KERNELS").find("auto, scalar, avx2, avxvnni, avx512"), std::string::npos);
   EXPECT_NE(refused("ram", "12Q", "--ram").find("--ram"), std::string::npos);
   EXPECT_EQ(refused("ram", "auto", "--ram"), "accepted");
   EXPECT_NE(refused("kernels_n", "1,,2", "--n").find("--n"), std::string::npos);

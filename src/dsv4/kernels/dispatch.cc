@@ -17,7 +17,7 @@ namespace {
 // CPUID + XGETBV directly: clang 14's __builtin_cpu_supports knows neither "f16c" nor "bmi2",
 // and the OS must also have enabled the AVX / AVX-512 register state (XCR0).
 struct CpuFeatures {
-  bool avx2 = false, avx512 = false;
+  bool avx2 = false, avxvnni = false, avx512 = false;
   // Which AVX-512 variant: AMD family 19h is Zen 4 (Zen 3, the same family, has no AVX-512),
   // 1Ah is Zen 5; later AMD families get Zen 5's until measured.
   Avx512Core avx512_core = Avx512Core::kIntel;
@@ -40,6 +40,7 @@ CpuFeatures detect() {
   const bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
              avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
   f.avx2 = ymm_state && avx2 && fma && f16c && bmi2;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avxvnni = f.avx2 && (a & (1u << 4));
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && vnni;
   if (amd && family == 0x19) f.avx512_core = Avx512Core::kZen4;
   if (amd && family >= 0x1a) f.avx512_core = Avx512Core::kZen5;
@@ -61,6 +62,7 @@ bool cpu_supports(const std::string& path) {
 #endif
 #if defined(__x86_64__) || defined(__i386__)
   if (path == "avx2") return cpu_features().avx2;
+  if (path == "avxvnni") return cpu_features().avxvnni;
   if (path == "avx512") return cpu_features().avx512;
 #endif
   return false;
@@ -72,6 +74,7 @@ const Table* compiled(const std::string& name) {
   if (name == "scalar") return &scalar_table();
 #if defined(__x86_64__)
   if (name == "avx2") return &avx2_table();
+  if (name == "avxvnni") return &avxvnni_table();
   if (name == "avx512") return &avx512_table(cpu_features().avx512_core);  // the variant for this core
 #endif
 #if defined(__aarch64__)
@@ -86,7 +89,7 @@ const Table* compiled(const std::string& name) {
 const Table& choose() {
   const char* env = std::getenv("DSV4_KERNELS");
   if (env && *env && std::string(env) != "auto") return table_by_name(env);
-  for (const char* name : {"avx512", "avx2", "neon"}) {
+  for (const char* name : {"avx512", "avxvnni", "avx2", "neon"}) {
     const Table* t = compiled(name);
     if (t && cpu_supports(name)) return *t;
   }
@@ -96,8 +99,8 @@ const Table& choose() {
 }  // namespace
 
 const Table& table_by_name(const std::string& name) {
-  if (name != "scalar" && name != "avx2" && name != "avx512" && name != "neon")
-    fail("DSV4_KERNELS={}: unknown kernel path (use auto, scalar, avx2, avx512 or neon)", name);
+  if (name != "scalar" && name != "avx2" && name != "avxvnni" && name != "avx512" && name != "neon")
+    fail("DSV4_KERNELS={}: unknown kernel path (use auto, scalar, avx2, avxvnni, avx512 or neon)", name);
   const Table* t = compiled(name);
   if (!t) fail("DSV4_KERNELS={}: this build has no {} kernels", name, name);
   if (!cpu_supports(name)) fail("DSV4_KERNELS={}: this CPU does not support {}", name, name);
@@ -115,7 +118,7 @@ namespace dsv4::kernels {
 
 std::vector<std::string> runnable_paths() {
   std::vector<std::string> out{"scalar"};
-  for (const char* name : {"neon", "avx2", "avx512"})
+  for (const char* name : {"neon", "avx2", "avxvnni", "avx512"})
     if (detail::compiled(name) && detail::cpu_supports(name)) out.push_back(name);
   return out;
 }

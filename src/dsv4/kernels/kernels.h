@@ -128,8 +128,9 @@ void dot_many(const float* q, int64_t q_stride, int64_t nq, const float* r, int6
 void axpy_many(const float* p, int64_t p_stride, int64_t nh, const float* const* rows, int64_t nrows, int64_t n,
                float* o, int64_t o_stride);
 
-// The instruction-set path in use ("scalar", "avx2", "avx512"), chosen once at start-up.
-// DSV4_KERNELS=scalar|avx2|avx512 forces one (an unavailable choice is an error).
+// The instruction-set path in use ("scalar", "avx2", "avxvnni", "avx512", "neon"), chosen once
+// at start-up. DSV4_KERNELS=scalar|avx2|avxvnni|avx512|neon forces one (an unavailable choice is
+// an error).
 std::string active_path();
 // What the path in use does differently on this core (a variant tuned for it), "" if nothing.
 std::string active_tuning();

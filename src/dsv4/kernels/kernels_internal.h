@@ -218,6 +218,7 @@ struct Table {
 const Table& scalar_table();
 #if defined(__x86_64__)
 const Table& avx2_table();    // kernels_avx2.cc (the x86 files are built only for x86-64)
+const Table& avxvnni_table();  // kernels_avxvnni.cc
 // kernels_avx512.cc: one table per core family, with the same name and bits; they differ in
 // which kernel takes a product of few activation rows (measured per core). kIntel is also
 // the one for cores not known otherwise.

@@ -264,8 +264,9 @@ std::vector<Setting> make_table() {
       flag_bool("kernels_json", "--json", "", false, "bench kernels: print JSON"),
       // Environment only.
       path("demo_dir", "", "DSV4_DEMO_DIR", "the built-in demo model (default: models/demo of the source tree)"),
-      choice("kernels", "", "DSV4_KERNELS", "auto", {"auto", "scalar", "avx2", "avx512", "neon"},
-             "kernel path: auto (the best this CPU runs), scalar, avx2, avx512 or neon (aarch64)"),
+      choice("kernels", "", "DSV4_KERNELS", "auto", {"auto", "scalar", "avx2", "avxvnni", "avx512", "neon"},
+             "kernel path: auto (the best this CPU runs), scalar, avx2, avxvnni (AVX2 with AVX-VNNI), avx512 or "
+             "neon (aarch64)"),
       integer("test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", 0, 0, 60'000,
               "test hook: serve pauses this long after each token"),
       text("test_io_faults", "", "DSV4_TEST_IO_FAULTS", "",
