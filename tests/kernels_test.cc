@@ -262,6 +262,28 @@ TEST(KernelPaths, BitExactAgainstScalar) {
   }
 }
 
+// The batched integer kernels with more activation rows than one pass takes (512 on x86) and
+// several column chunks, so the float chains wait between chunks and passes start over: the
+// scalar bits, for ragged rows, columns and activation counts.
+TEST(KernelPaths, ManyActivationRowsAcrossChunks) {
+  auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD path runs on this CPU";
+  std::mt19937 rng(11);
+  ThreadPool pool2(2);
+  const int64_t rows = 37, cols = 4200, n = 1029;
+  for (WeightFormat f : {WeightFormat::kFP8, WeightFormat::kFP4}) {
+    TestMatrix t = make_matrix(f, rows, cols, rng, Codes::kNormal);
+    auto x = random_x(n, cols, rng);
+    auto want = run(detail::scalar_table(), t.m, x, n, Numerics::kFast, &pool2, 3);
+    for (const detail::Table* tab : tables) {
+      auto got = run(*tab, t.m, x, n, Numerics::kFast, &pool2, 3);
+      for (size_t k = 0; k < want.size(); ++k)
+        ASSERT_TRUE(same_bits(got[k], want[k]))
+            << table_label(*tab) << " " << format_name(f) << " at " << k << ": " << got[k] << " vs " << want[k];
+    }
+  }
+}
+
 // A given activation row gives the same bits whether it is multiplied alone, in a sub-batch or
 // in the whole batch (prefill chunking must not change logits), on every path, with 1 and 2
 // threads: ragged rows, several 1024-column chunks and activation groups of the batched kernels.
