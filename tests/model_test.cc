@@ -229,3 +229,91 @@ TEST(ModelCli, ScoreAndGenerate) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// Resident experts that say they hold `capacity` at a time and record the engine's guesses
+// and prefetches in order.
+class GuessRecorder final : public ExpertProvider {
+ public:
+  struct Call {
+    char kind;  // 'g' predict / expect, 'f' prefetch
+    int layer;
+    size_t size;
+  };
+  GuessRecorder(const Checkpoint& ck, int64_t capacity) : inner_(make_resident_experts(ck)), capacity_(capacity) {}
+  void prefetch(int layer, std::span<const int> experts) override {
+    calls.push_back({'f', layer, experts.size()});
+    inner_->prefetch(layer, experts);
+  }
+  void predict(int layer, std::span<const int> experts) override { calls.push_back({'g', layer, experts.size()}); }
+  void expect(int layer, std::span<const int> experts) override { calls.push_back({'g', layer, experts.size()}); }
+  bool wants_predictions() const override { return true; }
+  int64_t capacity() const override { return capacity_; }
+  const ExpertWeights& acquire(int layer, int expert) override { return inner_->acquire(layer, expert); }
+  void release(int layer, int expert) override { inner_->release(layer, expert); }
+  ExpertStats stats() const override { return inner_->stats(); }
+  uint64_t resident_bytes() const override { return inner_->resident_bytes(); }
+  std::vector<Call> calls;
+
+ private:
+  std::unique_ptr<ExpertProvider> inner_;
+  int64_t capacity_;
+};
+
+// A prefill chunk whose MoE uses every expert of a layer leaves a cache of fewer slots no
+// room for the next layer's guess (its reads would be evicted before that layer runs), and
+// no guess is longer than the cache. A decode step (6 of 16 experts) still guesses ahead.
+// The logits never change.
+TEST(ExpertLookahead, GuessesFitWhatTheCacheKeeps) {
+  const std::string dir = fixture("flashlike");
+  Checkpoint ck = Checkpoint::open(dir);
+  const ModelConfig& c = ck.config();
+  const int E = c.n_routed_experts;
+  std::vector<int32_t> prompt(256);
+  std::mt19937 rng(7);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+  const int32_t next = 5;
+  auto run = [&](int64_t capacity, std::vector<float>& logits) {
+    auto provider = std::make_unique<GuessRecorder>(ck, capacity);
+    GuessRecorder& rec = *provider;
+    EngineOptions o;
+    o.threads = 1;
+    auto engine = test::open_engine(dir, o, std::move(provider));
+    SessionState s = engine->new_session();
+    logits.assign(c.vocab_size, 0.0f);
+    engine->forward(s, prompt, logits.data(), LogitRows::kLast);
+    const size_t prefill_calls = rec.calls.size();
+    std::vector<float> step(c.vocab_size);
+    engine->forward(s, std::span<const int32_t>(&next, 1), step.data(), LogitRows::kLast);
+    logits.insert(logits.end(), step.begin(), step.end());
+    // Early guesses: one for layer l + 1 between layer l's own guess and its prefetch.
+    int early_prefill = 0, early_decode = 0;
+    for (size_t i = 0; i < rec.calls.size(); ++i) {
+      const GuessRecorder::Call& g = rec.calls[i];
+      if (g.kind != 'g') continue;
+      EXPECT_LE(static_cast<int64_t>(g.size), capacity < 0 ? E : capacity) << "call " << i;
+      const size_t f = static_cast<size_t>(std::find_if(rec.calls.begin() + static_cast<ptrdiff_t>(i), rec.calls.end(),
+                                                        [](const GuessRecorder::Call& x) { return x.kind == 'f'; }) -
+                                           rec.calls.begin());
+      if (f < rec.calls.size() && rec.calls[f].layer + 1 == g.layer) ++(i < prefill_calls ? early_prefill : early_decode);
+    }
+    for (size_t i = 0; i < prefill_calls; ++i) {
+      if (rec.calls[i].kind != 'f') continue;
+      EXPECT_EQ(static_cast<int>(rec.calls[i].size), E) << "the prompt uses every expert";
+    }
+    return std::make_pair(early_prefill, early_decode);
+  };
+  std::vector<float> unlimited, small;
+  const auto [prefill_unlimited, decode_unlimited] = run(-1, unlimited);
+  const auto [prefill_small, decode_small] = run(E - 2, small);
+  EXPECT_EQ(prefill_unlimited, c.num_layers - 1);  // the test sees early guesses where they pay
+  EXPECT_EQ(prefill_small, 0);
+  EXPECT_EQ(decode_unlimited, c.num_layers - 1);
+  EXPECT_EQ(decode_small, c.num_layers - 1);
+  EXPECT_EQ(unlimited, small);
+}
+
+}  // namespace
+}  // namespace dsv4

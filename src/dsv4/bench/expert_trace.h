@@ -30,6 +30,7 @@ class TracingProvider final : public ExpertProvider {
   void predict(int layer, std::span<const int> experts) override;
   void expect(int layer, std::span<const int> experts) override;
   bool wants_predictions() const override { return inner_->wants_predictions(); }
+  int64_t capacity() const override { return inner_->capacity(); }
   bool ready(int layer, int expert) const override { return inner_->ready(layer, expert); }
   const ExpertWeights& acquire(int layer, int expert) override;
   void release(int layer, int expert) override;

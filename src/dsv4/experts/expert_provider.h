@@ -70,6 +70,9 @@ class ExpertProvider {
   virtual void expect(int layer, std::span<const int> experts) { predict(layer, experts); }
   // Whether predict() / expect() do anything (the engine skips computing guesses otherwise).
   virtual bool wants_predictions() const { return false; }
+  // The most experts held at once (-1: no limit). A guess only pays while what it reads can
+  // stay until used: the engine sizes its guesses by this.
+  virtual int64_t capacity() const { return -1; }
   // Non-blocking: whether acquire() would return without waiting for a read (the MoE
   // computes experts that are already here while the others are still being read).
   virtual bool ready(int, int) const { return true; }

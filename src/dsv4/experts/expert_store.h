@@ -90,6 +90,7 @@ class ExpertStore final : public ExpertProvider {
   void predict(int layer, std::span<const int> experts) override;
   void expect(int layer, std::span<const int> experts) override;
   bool wants_predictions() const override { return options_.predict; }
+  int64_t capacity() const override { return slots(); }
   bool ready(int layer, int expert) const override;
   const ExpertWeights& acquire(int layer, int expert) override;
   void release(int layer, int expert) override;

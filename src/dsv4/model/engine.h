@@ -211,8 +211,10 @@ class Engine {
   void mtp_catch_up(SessionState& s, int64_t end, int32_t after_last, float* logits, LogitRows rows);
   // One chained draft row at `position`: streams ws.mtp_chain, next token `token`.
   void mtp_chain(SessionState& s, int64_t position, int32_t token, float* logits);
-  // Hands the provider a guess of layer l's routed experts (never changes results).
-  void guess_experts(const Pass& p, int l, std::span<const int32_t> tokens);
+  // Hands the provider a guess of layer l's routed experts, at most `room` of them (-1: no
+  // limit; 0: no guess). Never changes results. Returns how many experts layer l is guessed
+  // to use (0 when not guessed).
+  int guess_experts(const Pass& p, int l, std::span<const int32_t> tokens, int64_t room);
 
   std::unique_ptr<const Checkpoint> checkpoint_;  // first: the weights and experts point into it
   EngineOptions options_;

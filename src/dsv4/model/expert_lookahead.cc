@@ -13,8 +13,9 @@ namespace {
 
 // The union of each token's `width` best experts (ranked [T, width]), in rank order: every
 // token's first choice, then every token's second, ... (ascending id within a rank). Returns
-// the guess's length; the guess is in ws.guess.
-int union_by_rank(ForwardWorkspace& ws, int64_t T, int n_experts, int width) {
+// the guess's length; the guess is in ws.guess, and *first_ranks its length after the first
+// `ranks` ranks.
+int union_by_rank(ForwardWorkspace& ws, int64_t T, int n_experts, int width, int ranks = 0, int* first_ranks = nullptr) {
   char* taken = ws.guessed.data();
   std::fill(taken, taken + n_experts, 0);
   int32_t* guess = ws.guess.data();
@@ -29,6 +30,7 @@ int union_by_rank(ForwardWorkspace& ws, int64_t T, int n_experts, int width) {
       }
     }
     std::sort(guess + rank_begin, guess + n);
+    if (rank + 1 == ranks && first_ranks) *first_ranks = n;
   }
   return n;
 }
@@ -45,20 +47,23 @@ std::span<const int> hash_layer_experts(ForwardWorkspace& ws, const ModelConfig&
   return std::span<const int>(ws.guess.data(), static_cast<size_t>(n));
 }
 
-void predict_layer_experts(const Pass& p, const LayerWeights& layer, const float* X, std::span<const int32_t> tokens,
-                           ExpertProvider& experts, bool hash_as_certain) {
+int predict_layer_experts(const Pass& p, const LayerWeights& layer, const float* X, std::span<const int32_t> tokens,
+                          ExpertProvider& experts, bool hash_as_certain, int64_t room) {
   ForwardWorkspace& ws = p.ws;
   const int64_t T = p.T, D = p.c.hidden_size;
   const int E = p.c.n_routed_experts, K = p.c.n_experts_per_token;
+  auto cut = [&](std::span<const int> list) {
+    return room >= 0 && static_cast<int64_t>(list.size()) > room ? list.first(static_cast<size_t>(room)) : list;
+  };
   int width = K;
   if (layer.spec.hash_routed) {  // exact: the experts follow from the token ids alone
     const std::span<const int> list = hash_layer_experts(ws, p.c, layer, tokens);
     if (hash_as_certain) {
-      experts.expect(layer.spec.index, list);
+      experts.expect(layer.spec.index, cut(list));
     } else {
-      experts.predict(layer.spec.index, list);
+      experts.predict(layer.spec.index, cut(list));
     }
-    return;
+    return static_cast<int>(list.size());
   } else {
     // The router as moe() runs it, ranked as top-k routing ranks.
     float* x = ws.x.data();
@@ -76,8 +81,10 @@ void predict_layer_experts(const Pass& p, const LayerWeights& layer, const float
                          ws.router_order.data(), ws.ranked.data() + t * width);
     }
   }
-  const int n = union_by_rank(ws, T, E, width);
-  experts.predict(layer.spec.index, std::span<const int>(ws.guess.data(), static_cast<size_t>(n)));
+  int top_k = 0;
+  const int n = union_by_rank(ws, T, E, width, std::min(K, width), &top_k);
+  experts.predict(layer.spec.index, cut(std::span<const int>(ws.guess.data(), static_cast<size_t>(n))));
+  return top_k;
 }
 
 }  // namespace dsv4

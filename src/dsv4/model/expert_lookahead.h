@@ -23,10 +23,12 @@ namespace dsv4 {
 
 // X: [T, hc, D] streams. Calls experts.predict(layer.spec.index, guess), most likely first;
 // for a hash-routed layer with `hash_as_certain`, experts.expect(...) instead (the list is
-// exact, so it is read at full queue depth rather than in idle read slots).
+// exact, so it is read at full queue depth rather than in idle read slots). The guess is
+// cut to its `room` most likely experts (-1: no cut). Returns how many experts the layer
+// is guessed to use: the union of the tokens' top-k (a decode's guess goes deeper).
 // Uses the workspace's x, mix and router buffers (none is live between sub-blocks).
-void predict_layer_experts(const Pass& p, const LayerWeights& layer, const float* X, std::span<const int32_t> tokens,
-                           ExpertProvider& experts, bool hash_as_certain);
+int predict_layer_experts(const Pass& p, const LayerWeights& layer, const float* X, std::span<const int32_t> tokens,
+                          ExpertProvider& experts, bool hash_as_certain, int64_t room);
 
 // The experts a hash-routed layer uses for these tokens (at most ws.max_rows): the union, in
 // rank order, held in the workspace's guess buffer until its next use.
