@@ -227,12 +227,6 @@ TEST(ModelCli, ScoreAndGenerate) {
   EXPECT_NE(r.err.find("missing.txt"), std::string::npos) << r.err;
 }
 
-}  // namespace
-}  // namespace dsv4
-
-namespace dsv4 {
-namespace {
-
 // Resident experts that say they hold `capacity` at a time and record the engine's guesses
 // and prefetches in order.
 class GuessRecorder final : public ExpertProvider {
