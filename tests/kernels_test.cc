@@ -604,6 +604,11 @@ TEST(KernelFast, ScratchInputReuseAllocatesOnce) {
         matmul(t->m, x.data(), n, y2.data(), Numerics::kFast, &pool2);
         EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0);
       }
+      // The batched layout's padding rows hold zeros, whatever an earlier, larger n left there.
+      const int64_t pc = scratch.padded_cols;
+      for (int64_t i = n; i % 8; ++i)
+        for (int64_t c = 0; c < pc; ++c)
+          ASSERT_EQ(scratch.qg[(i / 8) * 8 * pc + (c / 2) * 16 + (i % 8) * 2 + (c % 2)], 0) << n << " " << i << " " << c;
       if (after_first == 0) after_first = capacity(scratch);
     }
   }

@@ -3,6 +3,7 @@
 #include "dsv4/kernels/kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "dsv4/kernels/kernels_internal.h"
@@ -82,6 +83,14 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   in->qg.resize(static_cast<size_t>(qg_elems(n, in->padded_cols)));
   in->d.resize(static_cast<size_t>(n * ceil_div(cols, kQBlock)));
   in->qsum12.resize(in->d.size());
+  // The batched layout's padding rows (up to the next multiple of 8) hold zero activations.
+  // Their cells are interleaved with the real rows' (per column pair, 8 rows' 4-byte cells side
+  // by side), so the last group is cleared whole, before its rows are written: one memset, where
+  // clearing cell by cell was most of prepare_input's time in a decode pass (one row, 7 padding).
+  if (n % kActGroup) {
+    int16_t* last = qg_row(in->qg.data(), in->padded_cols, n / kActGroup * kActGroup);
+    std::memset(last, 0, static_cast<size_t>(kActGroup * in->padded_cols) * sizeof(int16_t));
+  }
   const QuantPlanes planes{in->q.data(), in->ql.data(), in->qg.data(), in->d.data(), in->qsum12.data()};
   auto body = [&](int64_t i0, int64_t i1) { t.quantize_rows(x, cols, in->padded_cols, i0, i1, planes); };
   if (pool && n >= 8) {
@@ -89,17 +98,19 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   } else {
     body(0, n);
   }
-  // The batched layout's padding rows (up to the next multiple of 8): zero activations.
-  for (int64_t i = n; i % kActGroup; ++i) zero_qg_row(in->padded_cols, i, in->qg.data());
-  // A few rows also in the FP8 matrix-vector kernel's order (from qg, where row i < 8's column
-  // pair p sits at 2 * kActGroup * p + 2 * i); sized for every n so that a buffer grown once
-  // never grows again.
+  // A few rows also in the FP8 matrix-vector kernel's order, from qg: row i < 8's column pair p
+  // is the 4-byte cell kActGroup * p + i there, and q16_pos keeps a pair's columns together.
+  // Sized for every n so that a buffer grown once never grows again.
   static_assert(kQ16Rows <= kActGroup, "the q16 rows come from the first activation group");
   in->q16.resize(static_cast<size_t>(kQ16Rows * in->padded_cols));
-  if (n <= kQ16Rows)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t c = 0; c < in->padded_cols; ++c)
-        in->q16[i * in->padded_cols + q16_pos(c)] = in->qg[(c / 2) * 2 * kActGroup + 2 * i + (c & 1)];
+  if (n <= kQ16Rows) {
+    const int64_t pairs = in->padded_cols / 2;
+    for (int64_t i = 0; i < n; ++i) {
+      int16_t* row = in->q16.data() + i * in->padded_cols;
+      for (int64_t p = 0; p < pairs; ++p)
+        std::memcpy(row + q16_pos(2 * p), in->qg.data() + (kActGroup * p + i) * 2, 4);
+    }
+  }
   in->quantized = true;
 }
 

@@ -143,7 +143,7 @@ static inline int64_t q16_pos(int64_t c) {
   return (c & ~int64_t{15}) + (o < 4 || o >= 12 ? o : (o < 8 ? o + 4 : o - 4));
 }
 
-// Row i of the batched layout set to zero (the padding rows up to a multiple of kActGroup).
+// Row i of the batched layout set to zero (the scalar quantizer clears each row it writes).
 static inline void zero_qg_row(int64_t padded_cols, int64_t i, int16_t* qg) {
   int16_t* base = qg_row(qg, padded_cols, i);
   for (int64_t p = 0; p < padded_cols / 2; ++p) std::memset(base + p * 2 * kActGroup, 0, 4);
