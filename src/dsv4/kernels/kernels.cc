@@ -98,17 +98,17 @@ void prepare_input_with(const Table& t, const float* x, int64_t n, int64_t cols,
   } else {
     body(0, n);
   }
-  // A few rows also in the FP8 matrix-vector kernel's order, from qg: row i < 8's column pair p
-  // is the 4-byte cell kActGroup * p + i there, and q16_pos keeps a pair's columns together.
+  // A few rows also in the FP8 matrix-vector kernel's order, from qg (a column pair's two
+  // values side by side there, and q16_pos keeps a pair's columns together: 4 bytes at a time).
   // Sized for every n so that a buffer grown once never grows again.
   static_assert(kQ16Rows <= kActGroup, "the q16 rows come from the first activation group");
   in->q16.resize(static_cast<size_t>(kQ16Rows * in->padded_cols));
   if (n <= kQ16Rows) {
-    const int64_t pairs = in->padded_cols / 2;
     for (int64_t i = 0; i < n; ++i) {
+      const int16_t* pairs = qg_row(in->qg.data(), in->padded_cols, i);
       int16_t* row = in->q16.data() + i * in->padded_cols;
-      for (int64_t p = 0; p < pairs; ++p)
-        std::memcpy(row + q16_pos(2 * p), in->qg.data() + (kActGroup * p + i) * 2, 4);
+      for (int64_t p = 0; p < in->padded_cols / 2; ++p)
+        std::memcpy(row + q16_pos(2 * p), pairs + p * 2 * kActGroup, 4);
     }
   }
   in->quantized = true;
