@@ -47,13 +47,12 @@ double fma_probe512(int64_t iters) {
 
 namespace dsv4::kernels::detail {
 
-// The few-row kernels differ by core (FewRowRouting in kernels_x86.inc has the measurements).
+// The few-row kernels differ by core (FewRowRouting in x86/routing.inc has the measurements).
 // Intel keeps the 512-bit matrix-vector kernels it was tuned on, and so does any core not
 // named here; Zen 4 routes as the AVX2 table does; Zen 5 takes the 256-bit kernels for up to
 // 3 rows and fp8_rows512 for 4-8 FP8 rows.
 const Table& avx512_table(Avx512Core core) {
-  static constexpr dsv4_simd::FewRowRouting kIntel{true, 1, 0, 8}, kZen5{false, 4, 3, 8};
-  static const Table intel{"avx512",        dsv4_simd::matmul_rows<kIntel>, dsv4_simd::quantize_rows,
+  static const Table intel{"avx512",        dsv4_simd::matmul_rows<dsv4_simd::kRoutingIntel>, dsv4_simd::quantize_rows,
                            dsv4_simd::dot,  dsv4_simd::axpy,                dsv4_simd::dot_many,
                            dsv4_simd::axpy_many, dsv4_simd::fma_probe512,   dsv4_simd::read_probe,
                            ""};
@@ -65,7 +64,7 @@ const Table& avx512_table(Avx512Core core) {
   }();
   static const Table zen5 = [] {
     Table t = intel;
-    t.matmul_rows = dsv4_simd::matmul_rows<kZen5>;
+    t.matmul_rows = dsv4_simd::matmul_rows<dsv4_simd::kRoutingZen5>;
     t.tuning = "256-bit FP4 and FP8 matrix-vector kernels up to 3 rows, 512-bit FP8 for 4-8 rows (Zen 5)";
     return t;
   }();
