@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -722,6 +723,16 @@ TEST(Planner, RamFlagOnCommands) {
   EXPECT_NE(bad.err.find("--ram \"lots\""), std::string::npos) << bad.err;
 }
 
+// The size format_bytes printed right after `label` in `text` ("peak RSS 45.2 MiB"), or -1.
+double bytes_after(const std::string& text, const std::string& label) {
+  const size_t at = text.find(label);
+  if (at == std::string::npos) return -1;
+  const size_t number = at + label.size();
+  const std::string unit = text.substr(text.find(' ', number) + 1, 3);
+  const double scale = unit == "GiB" ? double(1ull << 30) : unit == "MiB" ? double(1ull << 20) : unit == "KiB" ? 1024.0 : 1.0;
+  return std::stod(text.substr(number)) * scale;
+}
+
 // Peak RSS of a real run stays within the budget: a synthetic checkpoint of ~400 MB run
 // with a 200 MiB budget (the plan's reserve covers the process itself; no extra allowance).
 TEST(ExpertStoreMemory, PeakRssWithinBudget) {
@@ -736,15 +747,60 @@ TEST(ExpertStoreMemory, PeakRssWithinBudget) {
   const uint64_t budget = 200ull << 20;
   auto r = test::run_dsv4("generate -m " + dir + " --tokens 5,6,7,8,9,10,11,12 -n 4 --greedy --print-ids --ram 200M");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const size_t at = r.err.find("peak RSS ");
-  ASSERT_NE(at, std::string::npos) << r.err;
-  const double value = std::stod(r.err.substr(at + 9));
-  const std::string unit = r.err.substr(r.err.find(' ', at + 9) + 1, 3);
-  const double rss = value * (unit == "GiB" ? double(1ull << 30) : unit == "MiB" ? double(1ull << 20) : 1024.0);
+  const double rss = bytes_after(r.err, "peak RSS ");
+  ASSERT_GT(rss, 0) << r.err;
   std::printf("peak RSS %.1f MiB with a %llu MiB budget on a %.0f MiB checkpoint\n", rss / (1 << 20),
               (unsigned long long)(budget >> 20), total / double(1 << 20));
   EXPECT_LE(rss, double(budget)) << r.err;
   EXPECT_NE(r.err.find("slots"), std::string::npos) << r.err;  // streamed, not resident
+}
+
+// Eight sessions sharing passes, streamed: the process's peak RSS stays within the plan's
+// projected peak, which reserves each slot's state and undo logs (a verify pass's and its part
+// of shared passes). `bench --sessions 8` on a 433 MB synthetic checkpoint at --ram 200M (the
+// expert cache fills; the context is what the streams reach), and `run --batch --parallel 8`
+// on the demo model at --ram min.
+TEST(ExpertStoreMemory, PeakRssWithinPlanWithEightSessions) {
+  if (kAsan) GTEST_SKIP() << "ASan's shadow memory and quarantine are not part of any budget";
+  test::TempDir tmp;
+  const std::string synth_dir = tmp / "synth";
+  auto synth = test::synth_budget_checkpoint(synth_dir, 2048);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  auto bench = test::run_dsv4("bench -m " + synth_dir +
+                              " --ram 200M --sessions 8 --rounds 1 --prompt-tokens 32 --gen-tokens 16 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const nlohmann::json j = nlohmann::json::parse(bench.out);
+  const std::string plan = j["plan"];
+  EXPECT_NE(plan.find("for 8 session slots"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("undo logs "), std::string::npos) << plan;
+  EXPECT_NE(plan.find(" slots x "), std::string::npos) << plan;  // streamed, not resident
+  const double bench_projected = bytes_after(plan, "projected peak ");
+  const double bench_rss = j["peak_rss_bytes"].get<double>();
+  ASSERT_GT(bench_projected, 0) << plan;
+  std::printf("bench, 8 sessions: peak RSS %.1f MiB, projected peak %.1f MiB\n", bench_rss / (1 << 20),
+              bench_projected / (1 << 20));
+  EXPECT_LE(bench_rss, bench_projected + 0.05 * (1 << 20)) << plan;  // printed to 0.1 MiB
+
+  const std::string in = tmp / "prompts.jsonl", out = tmp / "results.jsonl";
+  std::string lines;
+  for (int i = 0; i < 8; ++i)
+    lines += fmt::format("{{\"prompt\":\"And it came to pass on the {} day that\",\"max_tokens\":40,\"temperature\":0}}\n",
+                         i + 1);
+  test::write_file(in, lines);
+  auto r = test::run_dsv4("run -m models/demo --batch " + in + " --out " + out + " --parallel 8 --ctx 80 --ram min");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("for 8 session slots"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("8 prompts through 8 slots"), std::string::npos) << r.err;
+  std::istringstream results(test::read_file(out));
+  int answered = 0;
+  for (std::string l; std::getline(results, l);) answered += nlohmann::json::parse(l)["tokens"].size() > 0;
+  EXPECT_EQ(answered, 8) << r.err;
+  const double projected = bytes_after(r.err, "projected peak "), rss = bytes_after(r.err, "peak RSS ");
+  ASSERT_GT(projected, 0) << r.err;
+  ASSERT_GT(rss, 0) << r.err;  // the run --batch summary line gives it
+  std::printf("run --batch, 8 slots: peak RSS %.1f MiB, projected peak %.1f MiB\n", rss / (1 << 20),
+              projected / (1 << 20));
+  EXPECT_LE(rss, projected + 0.05 * (1 << 20)) << r.err;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "dsv4/text/chat_format.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
+#include "dsv4/util/memory.h"
 #include "dsv4/util/progress.h"
 
 namespace dsv4::cli {
@@ -176,9 +177,11 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   const bool closed = std::fclose(out) == 0;
   if (write_failed || !closed) fail("{}: write failed (--out)", o.batch_out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print(stderr, "dsv4: {} prompts, {} tokens generated in {:.1f} s ({:.2f} tok/s) with {} slot{}; results in {}\n",
+  fmt::print(stderr,
+             "dsv4: {} prompts, {} tokens generated in {:.1f} s ({:.2f} tok/s) with {} slot{}, peak RSS {}; "
+             "results in {}\n",
              texts.size(), tokens, secs, secs > 0 ? double(tokens) / secs : 0.0, slots, slots == 1 ? "" : "s",
-             o.batch_out);
+             format_bytes(peak_rss_bytes()), o.batch_out);
   return 0;
 }
 

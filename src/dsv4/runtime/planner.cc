@@ -81,9 +81,8 @@ std::string MemoryPlan::summary() const {
   const std::string slots_text = sessions > 1 ? fmt::format(" for {} session slots", sessions) : std::string();
   // What the reserve holds: the sessions' state at the planned context (it grows with each
   // token of context) and the workspace of the chunk (it grows with each chunk row).
-  // The undo logs beside each session, unless under 1% of its state.
-  const std::string undo =
-      undo_bytes * 100 >= session_bytes ? fmt::format(", undo logs {}", format_bytes(undo_bytes)) : std::string();
+  // The undo logs beside each session slot (a verify pass's and its part of shared passes).
+  const std::string undo = fmt::format(", undo logs {}", format_bytes(undo_bytes));
   const std::string parts = fmt::format(
       " (session {} at {} tokens, {:.0f} B/token{}; chunk {} rows{}, workspace {}, {}/row)",
       format_bytes(session_bytes), context_tokens, session_token_bytes, undo, chunk_tokens, chunk_chosen ? " auto" : "",
