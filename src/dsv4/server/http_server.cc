@@ -1,3 +1,8 @@
+// The HTTP server: Server::Impl's state (the listener, connections, the body budget, the
+// scheduler's waiters) and the coroutines that share it, in sections (routes, preparing a job,
+// body budget, connections, generation requests, lifetime). Over 1,000 lines because every
+// section is a member of that one private Impl; the request parsing, the two APIs, the chat
+// output and the scheduler are their own files beside it.
 #include "dsv4/server/http_server.h"
 
 #include <arpa/inet.h>
