@@ -12,10 +12,43 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+# ccache keys on paths relative to the checkout, so a fresh clone in another folder (CI's) hits
+# what an earlier run on this machine compiled. The sanitizer builds keep line tables only
+# (-g1: the reports' stack traces name functions and lines) to compile faster.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+
+# Each stage's wall time, printed as a table at the end (also when a stage fails).
+stage_names=() stage_secs=() stage_name="" stage_start=0
+end_stage() {
+  [[ -n "$stage_name" ]] || return 0
+  stage_names+=("$stage_name")
+  stage_secs+=($(( $(date +%s) - stage_start )))
+  stage_name=""
+}
+step() {
+  end_stage
+  stage_name=$1 stage_start=$(date +%s)
+  printf '\n== %s (%ds)\n' "$1" $(( stage_start - start ))
+}
+mmss() { printf '%d:%02d' $(( $1 / 60 )) $(( $1 % 60 )); }
+stage_table() {
+  local rc=$? failed=$stage_name
+  end_stage
+  printf '\n== stage times (%s, %d cores)\n' "$(uname -m)" "$(nproc)"
+  printf '| %-44s | %7s |\n' stage time
+  printf '|%s|%s|\n' "----------------------------------------------" "---------"
+  for i in "${!stage_names[@]}"; do
+    printf '| %-44s | %7s |\n' "${stage_names[$i]}" "$(mmss "${stage_secs[$i]}")"
+  done
+  printf '| %-44s | %7s |\n' "total" "$(mmss $(( $(date +%s) - start )))"
+  if (( rc != 0 )) && [[ -n "$failed" ]]; then printf 'failed in: %s (exit %d)\n' "$failed" "$rc"; fi
+}
+trap stage_table EXIT
+
+step "setup"
 scripts/setup.sh
 
 jobs=$(nproc)
-step() { printf '\n== %s (%ds)\n' "$1" $(( $(date +%s) - start )); }
 
 step "release build"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_WERROR=ON >/dev/null
@@ -26,11 +59,24 @@ step "release tests"
 if [[ "${DSV4_SKIP_ASAN:-0}" != 1 ]]; then
   step "sanitizer build (ASan + UBSan)"
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=ON -DDSV4_BENCH=OFF \
-    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
+    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" >/dev/null
   ninja -C build/asan
   step "sanitizer tests"
+  # The tests that exercise memory, not every long one: left out here are reruns of code the
+  # sanitizers already see in a shorter test (the scalar path's whole forward again, which the
+  # kernel tests cover; the numerics against torch; the flashlike / demo copies of exactness
+  # tests whose tiny-a copies run). The release stage runs them all.
+  asan_skip=(
+    'SteadyState\.OnTheScalarPath'
+    'demo_model_torch_vs_engine'
+    'SpeculativeGeneration\.EveryModeEmitsTheTokensAndLogitsOfPlainDecoding/flashlike'
+    'UndoLogTest\.RewindGivesTheSessionThatNeverSawThoseRows/"flashlike"'
+    'ModelReference\.ChunkAndThreadInvariance/"flashlike"'
+    'ConstrainedGeneration\.EveryFinishedOutputValidatesWithAnIndependentValidator/"flashlike"'
+    'MtpTest\.EachDraftIsTheGreedyPickOfTheMtpLogitsAtThatPosition/"demo"'
+  )
   (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-     ctest --output-on-failure -j "$jobs" --timeout 1800)
+     ctest --output-on-failure -j "$jobs" --timeout 1800 -E "$(IFS='|'; echo "${asan_skip[*]}")")
 fi
 
 if [[ "${DSV4_SKIP_TSAN:-0}" != 1 ]]; then
@@ -39,7 +85,7 @@ if [[ "${DSV4_SKIP_TSAN:-0}" != 1 ]]; then
   # read queues. Engine + runtime only and the tiny-a cases, to keep the stage short.
   step "thread sanitizer build (engine + runtime)"
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_TSAN=ON -DDSV4_BENCH=OFF \
-    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
+    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" >/dev/null
   ninja -C build/tsan dsv4_tests
   step "thread sanitizer tests"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/dsv4_tests --gtest_brief=1 \
@@ -61,7 +107,7 @@ fi
 
 step "fuzz build (clang libFuzzer)"
 CXX=clang++ CC=clang cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_FUZZ=ON \
-  -DDSV4_SANITIZE=ON -DDSV4_TESTS=OFF -DDSV4_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" >/dev/null
+  -DDSV4_SANITIZE=ON -DDSV4_TESTS=OFF -DDSV4_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" >/dev/null
 ninja -C build/fuzz parsers_fuzz tokenizer_fuzz http_fuzz schema_fuzz
 step "fuzz run"
 seconds=${DSV4_FUZZ_SECONDS:-30}
@@ -83,4 +129,5 @@ cp -n fuzz/corpus_schema/* build/fuzz/corpus_schema/ 2>/dev/null || true
 build/fuzz/schema_fuzz -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
   build/fuzz/corpus_schema 2>&1 | tail -n 12
 
-step "all tests passed"
+end_stage
+printf '\n== all tests passed\n'
