@@ -73,6 +73,16 @@ void expect_same_session(const SessionState& a, const SessionState& b, int main_
   }
 }
 
+std::vector<int32_t> pseudo_tokens(size_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : t) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab - 2)) + 2;
+  }
+  return t;
+}
+
 CommandResult synth_budget_checkpoint(const std::string& dir, int vocab) {
   return run_dsv4("synth --quiet --out " + dir +
                   " --layers 2 --experts 64 --hidden 1024 --moe-inter 2048 --heads 4 --head-dim 128"
