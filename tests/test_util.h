@@ -32,8 +32,9 @@ constexpr bool kAsan = false;
 std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions& options = {},
                                     std::unique_ptr<ExpertProvider> experts = nullptr);
 
-// Every field of two sessions, compared exactly (gtest expectations). main_layers >= 0: only
-// what the main model computes (its layers; not the MTP drafter's window and stream ring,
+// Every field of two sessions, compared exactly (gtest expectations), as visit_fields lists
+// them; the MTP stream ring only in the rows of positions the sessions hold. main_layers >= 0:
+// only what the main model computes (its layers; not the MTP drafter's window and stream ring,
 // which depend on when it drafted).
 void expect_same_session(const SessionState& a, const SessionState& b, int main_layers = -1);
 
