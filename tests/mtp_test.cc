@@ -15,15 +15,7 @@
 namespace dsv4 {
 namespace {
 
-std::vector<int32_t> pseudo_tokens(size_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> t(n);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : t) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab - 2)) + 2;
-  }
-  return t;
-}
+using test::pseudo_tokens;
 
 int32_t argmax(const float* v, int64_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 

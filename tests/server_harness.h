@@ -89,9 +89,8 @@ struct Reply {
   httplib::Headers headers;
 };
 
-inline Reply post(const TestServer& s, const std::string& path, const std::string& body,
-           const std::string& content_type = "application/json", httplib::Headers headers = {}) {
-  auto res = s.client().Post(path.c_str(), headers, body, content_type.c_str());
+// An empty Reply (status 0) when the request got no answer.
+inline Reply reply_of(const httplib::Result& res) {
   Reply r;
   if (!res) return r;
   r.status = res->status;
@@ -99,19 +98,17 @@ inline Reply post(const TestServer& s, const std::string& path, const std::strin
   r.headers = res->headers;
   r.json = Json::parse(res->body, nullptr, false);
   return r;
+}
+
+inline Reply post(const TestServer& s, const std::string& path, const std::string& body,
+           const std::string& content_type = "application/json", httplib::Headers headers = {}) {
+  return reply_of(s.client().Post(path.c_str(), headers, body, content_type.c_str()));
 }
 inline Reply post(const TestServer& s, const std::string& path, const Json& body, httplib::Headers headers = {}) {
   return post(s, path, body.dump(), "application/json", std::move(headers));
 }
 inline Reply get(const TestServer& s, const std::string& path, httplib::Headers headers = {}) {
-  auto res = s.client().Get(path.c_str(), headers);
-  Reply r;
-  if (!res) return r;
-  r.status = res->status;
-  r.body = res->body;
-  r.headers = res->headers;
-  r.json = Json::parse(res->body, nullptr, false);
-  return r;
+  return reply_of(s.client().Get(path.c_str(), headers));
 }
 
 // The "data:" payloads of an SSE body, "[DONE]" as a string.

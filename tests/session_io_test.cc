@@ -11,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <type_traits>
 
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include "dsv4/model/engine.h"
@@ -96,6 +98,60 @@ TEST(SessionIo, RoundTripMidSequenceIsEqualAndContinuesBitIdentically) {
   engine->forward(restored, next, b.data(), LogitRows::kAll);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   EXPECT_TRUE(restored == s);
+}
+
+// Changes field k of a session, in visit_fields' order (element 0 of a vector: a held row of
+// the MTP stream ring); `count` ends as the number of fields.
+struct ChangeOneField {
+  size_t k;
+  size_t count = 0;
+  template <typename T>
+  void operator()(T& field) {
+    if constexpr (std::is_same_v<T, std::vector<LayerState>>) {
+      for (LayerState& l : field) visit_fields(l, *this);
+    } else if (count++ == k) {
+      if constexpr (std::is_same_v<T, bool>) {
+        field = !field;
+      } else if constexpr (std::is_arithmetic_v<T>) {
+        field += 1;
+      } else if (field.empty()) {
+        field.push_back(1);
+      } else {
+        field[0] = field[0] == 0 ? 1 : 0;
+      }
+    }
+  }
+};
+
+// test::expect_same_session compares every field: a copy of a session (tiny-a with the MTP
+// drafter, 37 tokens) with any one field changed fails it.
+TEST(SessionIo, ExpectSameSessionFailsWhenAnyOneFieldDiffers) {
+  EngineOptions o;
+  o.numerics = kernels::Numerics::kReference;
+  o.threads = 1;
+  o.mtp = true;
+  auto engine = test::open_engine(test::fixture("tiny-a"), o);
+  ASSERT_TRUE(engine->has_mtp());
+  SessionState s = engine->new_session();
+  engine->forward(s, prompt_of(37), nullptr, LogitRows::kLast);
+  ASSERT_FALSE(s.mtp.stream_position.empty());
+  ASSERT_TRUE(s.mtp.stream_position[0] >= 0 && s.mtp.stream_position[0] < s.position) << "the MTP stream ring's row 0 is not held";
+  test::expect_same_session(s, SessionState(s));
+  size_t fields = 0;
+  for (size_t k = 0; k == 0 || k < fields; ++k) {
+    SessionState changed = s;
+    ChangeOneField change{k};
+    visit_fields(changed, change);
+    fields = change.count;
+    ::testing::TestPartResultArray failures;
+    {
+      ::testing::ScopedFakeTestPartResultReporter intercept(
+          ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+      test::expect_same_session(s, changed);
+    }
+    EXPECT_GT(failures.size(), 0) << "field " << k << " of " << fields << " differs, yet expect_same_session passed";
+  }
+  EXPECT_EQ(fields, 2 + 15 * s.layers.size() + 3);
 }
 
 TEST(SessionIo, TruncatedOrGarbledBytesThrowWithoutHugeAllocations) {

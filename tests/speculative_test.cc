@@ -19,16 +19,7 @@ namespace dsv4 {
 namespace {
 
 using test::expect_same_session;
-
-std::vector<int32_t> pseudo_tokens(size_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> t(n);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : t) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab - 2)) + 2;  // no BOS / EOS
-  }
-  return t;
-}
+using test::pseudo_tokens;
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

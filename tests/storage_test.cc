@@ -932,6 +932,25 @@ TEST(StorageFaults, TheCliExitsNonZeroWithTheSameMessage) {
 
 // ---- the server ------------------------------------------------------------------------------
 
+// A server for `engine` (named tiny-a) on a free loopback port, started, and a client for it.
+struct ServedEngine {
+  static server::ServerOptions options(const Engine& engine) {
+    server::ServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    so.model_name = "tiny-a";
+    so.defaults.vocab_size = static_cast<int32_t>(engine.config().vocab_size);
+    return so;
+  }
+  ServedEngine(Engine& engine, const text::Tokenizer& tokenizer)
+      : server(engine, tokenizer, options(engine)), client("127.0.0.1", server.bind()) {
+    server.start();
+    client.set_read_timeout(120);
+  }
+  server::Server server;
+  httplib::Client client;
+};
+
 // A request whose expert read fails gets a 5xx JSON error (or an error event when streaming)
 // naming the expert; /health says degraded with the reason; once the fault is gone the server
 // answers the same request as a fault-free server, and /health is ok again.
@@ -946,16 +965,8 @@ TEST(StorageFaults, TheServerFailsTheRequestAndKeepsServing) {
       SCOPED_TRACE(fmt::format("{} expert {} of layer {}", name(backend), expert.second, expert.first));
       auto faults = IoFaults::parse(fault_on_expert(ck, "eio", expert.first, expert.second, ":count=0"), "test");
       auto engine = load_engine(fixture("tiny-a"), streamed(backend, faults)).engine;
-      server::ServerOptions so;
-      so.host = "127.0.0.1";
-      so.port = 0;
-      so.model_name = "tiny-a";
-      so.defaults.vocab_size = static_cast<int32_t>(engine->config().vocab_size);
-      server::Server server(*engine, tokenizer, so);
-      const int port = server.bind();
-      server.start();
-      httplib::Client client("127.0.0.1", port);
-      client.set_read_timeout(120);
+      ServedEngine served(*engine, tokenizer);
+      httplib::Client& client = served.client;
       nlohmann::json body = {{"model", "tiny-a"}, {"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}};
       auto r = client.Post("/v1/completions", body.dump(), "application/json");
       ASSERT_TRUE(r);
@@ -981,7 +992,7 @@ TEST(StorageFaults, TheServerFailsTheRequestAndKeepsServing) {
       EXPECT_EQ(ok->status, 200) << ok->body;
       EXPECT_EQ(nlohmann::json::parse(ok->body)["usage"]["completion_tokens"], 6);
       EXPECT_EQ(nlohmann::json::parse(client.Get("/health")->body)["status"], "ok");
-      server.stop();
+      served.server.stop();
     }
   }
 }
@@ -996,16 +1007,8 @@ TEST(ExpertValues, TheServerAnswersABadScaleWith5xxJson) {
     corrupt_scale(c.dir, {2, 5, code});
     text::Tokenizer tokenizer = text::Tokenizer::from_file(fixture("tiny-a") + "/tokenizer.json");
     auto engine = load_engine(c.dir, streamed(IoBackend::kAuto)).engine;
-    server::ServerOptions so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    so.model_name = "tiny-a";
-    so.defaults.vocab_size = static_cast<int32_t>(engine->config().vocab_size);
-    server::Server server(*engine, tokenizer, so);
-    const int port = server.bind();
-    server.start();
-    httplib::Client client("127.0.0.1", port);
-    client.set_read_timeout(120);
+    ServedEngine served(*engine, tokenizer);
+    httplib::Client& client = served.client;
     nlohmann::json body = {{"model", "tiny-a"}, {"prompt", long_prompt()}, {"max_tokens", 2}, {"temperature", 0}};
     auto r = client.Post("/v1/completions", body.dump(), "application/json");
     ASSERT_TRUE(r);
@@ -1020,7 +1023,7 @@ TEST(ExpertValues, TheServerAnswersABadScaleWith5xxJson) {
     auto ok = client.Post("/v1/completions", body.dump(), "application/json");
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200) << ok->body;
-    server.stop();
+    served.server.stop();
   }
 }
 

@@ -9,11 +9,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
+#include <variant>
 
 namespace dsv4::test {
 
@@ -25,15 +28,46 @@ std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions&
 }
 
 namespace {
-void expect_same_compressor(const CompressorState& a, const CompressorState& b, const std::string& where) {
-  EXPECT_EQ(a.pending_kv, b.pending_kv) << where;
-  EXPECT_EQ(a.pending_gate, b.pending_gate) << where;
-  EXPECT_EQ(a.previous_kv, b.previous_kv) << where;
-  EXPECT_EQ(a.previous_gate, b.previous_gate) << where;
-  EXPECT_EQ(a.has_previous, b.has_previous) << where;
-  EXPECT_EQ(a.entries, b.entries) << where;
-  EXPECT_EQ(a.n_entries, b.n_entries) << where;
-}
+
+// One field of a session as visit_fields finds it: where it is, for messages, and the field.
+struct Field {
+  std::string where;
+  std::variant<const int64_t*, const bool*, const std::vector<float>*, const std::vector<int32_t>*,
+               const std::vector<int64_t>*> field;
+};
+
+// The fields expect_same_session compares one by one, in visit_fields' order: all of them but
+// the MTP stream ring (compared row by row below); with main_layers >= 0, only the session's
+// own and those of its first main_layers layers.
+struct FieldList {
+  const SessionState& s;
+  int main_layers;
+  std::vector<Field> fields = {};
+  std::string where = "session";
+  int index = 0;
+
+  bool in_mtp(const void* field) const {
+    const auto p = reinterpret_cast<uintptr_t>(field), m = reinterpret_cast<uintptr_t>(&s.mtp);
+    return p >= m && p < m + sizeof s.mtp;
+  }
+  template <typename T>
+  void operator()(const T& field) {
+    if constexpr (std::is_same_v<T, std::vector<LayerState>>) {
+      const size_t n = main_layers >= 0 ? std::min(field.size(), static_cast<size_t>(main_layers)) : field.size();
+      for (size_t i = 0; i < n; ++i) {
+        where = "layer " + std::to_string(i);
+        index = 0;
+        visit_fields(field[i], *this);
+      }
+      where = "session";
+    } else {
+      const int at = index++;
+      const void* p = &field;
+      if (in_mtp(p) && (main_layers >= 0 || p == &s.mtp.streams || p == &s.mtp.stream_position)) return;
+      fields.push_back({where + ", field " + std::to_string(at) + " in visit_fields' order", &field});
+    }
+  }
+};
 
 }  // namespace
 
@@ -46,20 +80,17 @@ double log_z(std::span<const float> row) {
 }
 
 void expect_same_session(const SessionState& a, const SessionState& b, int main_layers) {
-  EXPECT_EQ(a.position, b.position);
-  EXPECT_EQ(a.tokens, b.tokens);
   ASSERT_EQ(a.layers.size(), b.layers.size());
-  const size_t compared = main_layers >= 0 ? static_cast<size_t>(main_layers) : a.layers.size();
-  for (size_t i = 0; i < compared; ++i) {
-    const std::string where = "layer " + std::to_string(i);
-    EXPECT_EQ(a.layers[i].window_kv, b.layers[i].window_kv) << where;
-    expect_same_compressor(a.layers[i].compressor, b.layers[i].compressor, where + " compressor");
-    expect_same_compressor(a.layers[i].indexer, b.layers[i].indexer, where + " indexer");
-  }
+  FieldList fa{a, main_layers}, fb{b, main_layers};
+  visit_fields(a, fa);
+  visit_fields(b, fb);
+  ASSERT_EQ(fa.fields.size(), fb.fields.size());
+  for (size_t i = 0; i < fa.fields.size(); ++i)
+    std::visit([&](const auto* x) { EXPECT_EQ(*x, *std::get<decltype(x)>(fb.fields[i].field)) << fa.fields[i].where; },
+               fa.fields[i].field);
   if (main_layers >= 0) return;
   // The MTP stream ring: rows of positions the session holds (rows a rewind took back are
   // stale until those positions are fed again, and never read before).
-  EXPECT_EQ(a.mtp.position, b.mtp.position);
   ASSERT_EQ(a.mtp.stream_position.size(), b.mtp.stream_position.size());
   const size_t row = a.mtp.stream_position.empty() ? 0 : a.mtp.streams.size() / a.mtp.stream_position.size();
   for (size_t r = 0; r < a.mtp.stream_position.size(); ++r) {
@@ -71,6 +102,16 @@ void expect_same_session(const SessionState& a, const SessionState& b, int main_
     EXPECT_TRUE(std::equal(a.mtp.streams.begin() + r * row, a.mtp.streams.begin() + (r + 1) * row,
                            b.mtp.streams.begin() + r * row)) << "mtp stream row " << r;
   }
+}
+
+std::vector<int32_t> pseudo_tokens(size_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : t) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab - 2)) + 2;
+  }
+  return t;
 }
 
 CommandResult synth_budget_checkpoint(const std::string& dir, int vocab) {

@@ -1,9 +1,11 @@
 // Helpers shared by the tests: fixture paths, temporary directories, running the CLI.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dsv4/experts/expert_provider.h"
 #include "dsv4/model/engine.h"
@@ -30,14 +32,20 @@ constexpr bool kAsan = false;
 std::unique_ptr<Engine> open_engine(const std::string& dir, const EngineOptions& options = {},
                                     std::unique_ptr<ExpertProvider> experts = nullptr);
 
-// Every field of two sessions, compared exactly (gtest expectations). main_layers >= 0: only
-// what the main model computes (its layers; not the MTP drafter's window and stream ring,
+// Every field of two sessions, compared exactly (gtest expectations), as visit_fields lists
+// them; the MTP stream ring only in the rows of positions the sessions hold. main_layers >= 0:
+// only what the main model computes (its layers; not the MTP drafter's window and stream ring,
 // which depend on when it drafted).
 void expect_same_session(const SessionState& a, const SessionState& b, int main_layers = -1);
 
 // The log of the softmax's normalizer of one logits row, in double: log-softmax(row)[i] is
 // row[i] - log_z(row) (what the generator's log-probabilities are checked against).
 double log_z(std::span<const float> row);
+
+// `n` pseudo-random token ids in [2, vocab) from a xorshift generator: the same `seed` gives the
+// same tokens with every standard library. Ids 0 and 1 are never drawn; the fixtures' BOS and
+// EOS (496, 497) can be.
+std::vector<int32_t> pseudo_tokens(size_t n, int64_t vocab, uint64_t seed);
 
 // "../shared/fixtures/<name>" (tests run from the repository root).
 std::string fixture(const std::string& name);

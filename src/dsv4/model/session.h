@@ -1,8 +1,8 @@
 // Everything one sequence carries from token to token. Sessions are plain values: copy one
 // to fork a conversation (prefix reuse) — the engine's weights are shared, never copied.
 // visit_fields below lists every field once, for whatever must walk them all (serialization
-// in session_io): a field added here must be added there too, and tests/session_io_test.cc
-// fails until it is.
+// in session_io, the rewind marks of runtime/session_mark, the tests' expect_same_session): a
+// field added here must be added there too, and tests/session_io_test.cc fails until it is.
 #pragma once
 
 #include <cstdint>
