@@ -296,6 +296,39 @@ TEST(AnthropicRequest, ErrorsNameTheField) {
   EXPECT_EQ(param_of(b), "messages");
 }
 
+// tool_use ids are checked across the whole conversation: each non-empty and unique, and a
+// tool_result answers an earlier tool_use; duplicate tool names are refused as the OpenAI API's.
+TEST(AnthropicRequest, ToolUseIdsAndToolNamesAreCheckedAcrossTheConversation) {
+  auto call = [](const std::string& id) {
+    return Json{{"type", "tool_use"}, {"id", id}, {"name", "get_weather"}, {"input", Json::object()}};
+  };
+  auto result = [](const std::string& id) {
+    return Json{{"role", "user"}, {"content", Json::array({{{"type", "tool_result"}, {"tool_use_id", id}, {"content", "21"}}})}};
+  };
+  auto assistant = [](Json blocks) { return Json{{"role", "assistant"}, {"content", std::move(blocks)}}; };
+  Json b = body(Json::array({user("x"), assistant(Json::array({call("t1")})), result("t1")}));
+  EXPECT_EQ(param_of(b), "(accepted)");
+  b = body(Json::array({user("x"), assistant(Json::array({call("t1")})), result("t2")}));
+  EXPECT_EQ(param_of(b), "messages[2].content[0].tool_use_id");  // answers no tool_use
+  b = body(Json::array({result("t1"), assistant(Json::array({call("t1")})), user("y")}));
+  EXPECT_EQ(param_of(b), "messages[0].content[0].tool_use_id");  // the tool_use comes later
+  b = body(Json::array({user("x"), assistant(Json::array({call("")})), result("")}));
+  EXPECT_EQ(param_of(b), "messages[1].content[0].id");  // empty id
+  b = body(Json::array({user("x"), assistant(Json::array({call("t1"), call("t1")})), result("t1")}));
+  EXPECT_EQ(param_of(b), "messages[1].content[1].id");  // duplicate in one message
+  b = body(Json::array({user("x"), assistant(Json::array({call("t1")})), result("t1"),
+                        assistant(Json::array({call("t1")})), result("t1")}));
+  EXPECT_EQ(param_of(b), "messages[3].content[0].id");  // duplicate across messages
+  b = body(Json::array({user("x")}));
+  b["tools"] = Json::array({weather_tool(), {{"name", "other"}, {"input_schema", Json::object()}}, weather_tool()});
+  EXPECT_EQ(param_of(b), "tools[2].name");
+  try {
+    parse_messages_request(b, defaults(), {}, false);
+  } catch (const ApiException& e) {
+    EXPECT_NE(e.error().message.find("\"get_weather\" is given twice"), std::string::npos) << e.error().message;
+  }
+}
+
 TEST(AnthropicErrors, ShapeAndTypes) {
   const Json e = error_json(ApiError{404, "invalid_request_error", "no such model", "model", "model_not_found"});
   EXPECT_EQ(e, Json::parse(R"({"type": "error", "error": {"type": "not_found_error", "message": "no such model"}})"));

@@ -368,18 +368,23 @@ TEST(RunBatch, EachLineAsItsOwnRun) {
   const std::string model = "-m " + fixture("tiny-a");
   const test::CommandResult r = test::run_dsv4("run " + model + " --batch " + in + " --out " + out + " --parallel 3");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("4 prompts through 3 slots"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("4 prompts through 3 slots (1 blank line"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
   std::vector<nlohmann::json> lines;
   std::istringstream results(test::read_file(out));
   for (std::string l; std::getline(results, l);) lines.push_back(nlohmann::json::parse(l));
-  ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[0]["id"], 0);
+  // One result per physical line, the blank one too; default ids are 1-based line numbers.
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0]["id"], 1);
   EXPECT_EQ(lines[1]["id"], "b");
+  EXPECT_EQ(lines[2]["id"], 3);
   EXPECT_NE(lines[2]["error"].get<std::string>().find("line 3: needs \"prompt\""), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[3]["id"], 4);
+  EXPECT_NE(lines[3]["error"].get<std::string>().find("line 4: blank line"), std::string::npos) << lines[3];
+  EXPECT_EQ(lines[4]["id"], 5);
   const char* alone[] = {"--max-tokens 5 --temperature 0.8 --seed 3 Hi", "--max-tokens 7 --temperature 0 'the cat'", "",
-                         "--max-tokens 9 --temperature 0 'Tell me about the sea'"};
-  for (int i : {0, 1, 3}) {
+                         "", "--max-tokens 9 --temperature 0 'Tell me about the sea'"};
+  for (int i : {0, 1, 4}) {
     const test::CommandResult one = test::run_dsv4("run " + model + " --json " + alone[i]);
     ASSERT_EQ(one.exit_code, 0) << one.err;
     const nlohmann::json j = nlohmann::json::parse(one.out);
@@ -387,6 +392,35 @@ TEST(RunBatch, EachLineAsItsOwnRun) {
     EXPECT_EQ(lines[static_cast<size_t>(i)]["text"], j["text"]) << "line " << i;
   }
   EXPECT_NE(test::run_dsv4("run " + model + " --batch " + in).err.find("--batch needs --out"), std::string::npos);
+}
+
+// Bad lines are named by their physical line number (blank lines count), each with its own
+// error: an empty "messages", invalid UTF-8 (named as such, with its byte), a blank line of
+// spaces and a CR; the good line after them still runs, with its line number as its id.
+TEST(RunBatch, BadLinesNamedByPhysicalLineNumber) {
+  test::TempDir dir;
+  const std::string in = dir / "prompts.jsonl", out = dir / "results.jsonl";
+  test::write_file(in,
+                   "\n"
+                   "{\"messages\": []}\n"
+                   "{\"prompt\":\"caf\xc3\"}\n"
+                   "  \r\n"
+                   "{\"prompt\":\"the cat\",\"max_tokens\":2,\"temperature\":0}\n");
+  const test::CommandResult r =
+      test::run_dsv4("run -m " + fixture("tiny-a") + " --batch " + in + " --out " + out + " --parallel 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<nlohmann::json> lines;
+  std::istringstream results(test::read_file(out));
+  for (std::string l; std::getline(results, l);) lines.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(lines.size(), 5u) << test::read_file(out);
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i]["id"], i + 1) << lines[i];
+  auto error = [&](size_t i) { return lines[i].value("error", std::string()); };
+  EXPECT_NE(error(0).find("prompts.jsonl line 1: blank line"), std::string::npos) << lines[0];
+  EXPECT_NE(error(1).find("line 2: \"messages\" must be a non-empty array"), std::string::npos) << lines[1];
+  EXPECT_NE(error(2).find("line 3: invalid UTF-8 at byte 15"), std::string::npos) << lines[2];
+  EXPECT_NE(error(3).find("line 4: blank line"), std::string::npos) << lines[3];
+  EXPECT_FALSE(lines[4].contains("error")) << lines[4];
+  EXPECT_FALSE(lines[4]["tokens"].empty()) << lines[4];
 }
 
 // Resident experts that fail `faults` acquires of one expert, and record what was acquired.

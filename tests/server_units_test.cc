@@ -313,6 +313,27 @@ TEST(ApiRequestParsing, ErrorsNameTheField) {
   EXPECT_EQ(param_of(b), "tools[0].function.name");
 }
 
+// Two functions of one name are refused (as the Anthropic API refuses two tools of one name):
+// 400 naming the second one's name and the name itself.
+TEST(ApiRequestParsing, DuplicateFunctionNamesAreRefused) {
+  auto fn = [](const std::string& name) {
+    return Json{{"type", "function"}, {"function", {{"name", name}, {"parameters", {{"type", "object"}}}}}};
+  };
+  Json b = chat_body(Json::array({{{"role", "user"}, {"content", "x"}}}));
+  b["tools"] = Json::array({fn("get_weather"), fn("other")});
+  EXPECT_NO_THROW(parse_chat_request(b, defaults()));
+  b["tools"].push_back(fn("get_weather"));
+  try {
+    parse_chat_request(b, defaults());
+    ADD_FAILURE() << "duplicate function names were accepted";
+  } catch (const ApiException& e) {
+    EXPECT_EQ(e.error().status, 400);
+    EXPECT_EQ(e.error().param, "tools[2].function.name");
+    EXPECT_NE(e.error().message.find("tools[2].function.name"), std::string::npos) << e.error().message;
+    EXPECT_NE(e.error().message.find("\"get_weather\" is given twice"), std::string::npos) << e.error().message;
+  }
+}
+
 TEST(ApiRequestParsing, BodyGuards) {
   auto code_of = [](std::string_view body) {
     try {

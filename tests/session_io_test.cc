@@ -2,6 +2,7 @@
 // a session saved mid-sequence and read back equals the original in every field and continues
 // with bit-identical logits; corrupted, truncated and foreign entries are detected and never
 // used; a writer killed with SIGKILL leaves no entry behind that fails to load.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <thread>
 #include <type_traits>
 
@@ -296,6 +298,48 @@ TEST(PrefixStore, ForeignEntriesAreLeftAloneAndStaleTempFilesRemoved) {
   PrefixStore strict(dir / "cache2", 1 << 20, kIdentity, StoreLimits{3, 1000}, w.sink());
   strict.store(synthetic_session({1, 2}, 10, 1.0f), {}, "");
   EXPECT_FALSE(strict.load(0));
+}
+
+// A FIFO (no writer: a blocking open would wait forever) and a device among the entries, named
+// as entries of this identity: the store opens within seconds, says once per path that it is
+// not a regular file and ignored (left in place), and still loads the valid entry.
+TEST(PrefixStore, AFifoOrADeviceAmongTheEntriesCannotHangTheStart) {
+  test::TempDir dir;
+  Warnings w;
+  const SessionState a = synthetic_session({1, 2, 3}, 100, 0.5f);
+  std::string file;
+  {
+    PrefixStore store(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink());
+    file = store.store(a, {}, "abc").file;
+  }
+  const std::string identity = file.substr(0, file.find('-') + 1);
+  const std::string fifo = dir / ("cache/" + identity + "00000000000000000000000000000000.dsv4p");
+  const std::string device = dir / ("cache/" + identity + "11111111111111111111111111111111.dsv4p");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  fs::create_symlink("/dev/zero", device);
+  Warnings start;
+  auto opened = std::async(std::launch::async, [&] {
+    return std::make_unique<PrefixStore>(dir / "cache", 1 << 20, kIdentity, kLimits, start.sink());
+  });
+  if (opened.wait_for(5s) != std::future_status::ready) {
+    // Unblock the hung open (a writer appears, then goes), so the test fails instead of hanging.
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    opened.wait();
+    FAIL() << "opening the store blocked on the FIFO";
+  }
+  std::unique_ptr<PrefixStore> store = opened.get();
+  ASSERT_EQ(start.lines.size(), 2u) << ::testing::PrintToString(start.lines);
+  for (const std::string& path : {fifo, device}) {
+    const std::string line = "--cache-dir: " + path + " is not a regular file; ignored";
+    EXPECT_EQ(std::count(start.lines.begin(), start.lines.end(), line), 1) << ::testing::PrintToString(start.lines);
+  }
+  ASSERT_EQ(store->entries().size(), 1u);
+  auto loaded = store->load(0);
+  ASSERT_TRUE(loaded);
+  EXPECT_TRUE(*loaded == a);
+  EXPECT_TRUE(fs::exists(fs::symlink_status(fifo)));
+  EXPECT_TRUE(fs::exists(fs::symlink_status(device)));
 }
 
 TEST(PrefixStore, BoundedInBytesOldestFirst) {

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -243,6 +244,37 @@ TEST(StoreFaults, MirrorsMustBeIdenticalCopies) {
   refused(mirror.dir, mirror.dir + "/" + shard);
   test::write_file(mirror.dir + "/config.json", "{}");
   refused(mirror.dir, "config.json differs");
+}
+
+// The command line checks --mirror folders whatever the RAM plan: with every expert resident
+// (--ram 4G on tiny-a) no mirror is read, yet a missing folder or a truncated shard in one is
+// refused at start with one error line naming the folder or the file, and exit status 1.
+TEST(StoreFaults, MirrorsAreCheckedWhenEveryExpertIsResident) {
+  Copy primary("tiny-a"), mirror("tiny-a", "mirror");
+  Checkpoint ck = Checkpoint::open(primary.dir);
+  const std::string shard = fs::path(ck.shards()[1]->path()).filename().string();
+  auto generate = [&](const std::string& mirror_dir) {
+    return test::run_dsv4("generate -m " + primary.dir + " --tokens 1,2 -n 1 --ram 4G --mirror " + mirror_dir);
+  };
+  auto error_lines = [](const std::string& err) {
+    int n = 0;
+    std::istringstream in(err);
+    for (std::string l; std::getline(in, l);) n += contains(l, "error");
+    return n;
+  };
+  const test::CommandResult good = generate(mirror.dir);
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  const test::CommandResult missing = generate(primary.tmp / "nowhere");
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "dsv4: error: --mirror " + (primary.tmp / "nowhere") + ": not a directory"))
+      << missing.err;
+  EXPECT_EQ(error_lines(missing.err), 1) << missing.err;
+  ASSERT_EQ(::truncate((mirror.dir + "/" + shard).c_str(), 100000), 0);
+  const test::CommandResult truncated = generate(mirror.dir);
+  EXPECT_EQ(truncated.exit_code, 1) << truncated.err;
+  EXPECT_TRUE(contains(truncated.err, "dsv4: error: " + mirror.dir + "/" + shard + ": mirror copy is 100000 bytes"))
+      << truncated.err;
+  EXPECT_EQ(error_lines(truncated.err), 1) << truncated.err;
 }
 
 // Each expert is read from one folder, chosen deterministically, in proportion to the

@@ -3,9 +3,12 @@
 // of continuous batching; every answer is exactly what `dsv4 run` gives for it alone. Each
 // input line is a JSON object: "prompt" (text, chat-encoded as `dsv4 run` does; with "raw":
 // true a plain continuation) or "messages" (a chat), and optionally "id", "max_tokens",
-// "temperature", "top_p", "top_k", "seed". Each output line, in input order: "id" (or the
-// line's index), "text", "tokens", "finish_reason", "stats" — or "error" for a line that
-// failed (the others still run). Progress on stderr: done / total, tok/s, ETA.
+// "temperature", "top_p", "top_k", "seed". One output line per physical input line, in input
+// order, blank lines included: "id" (default: the line's number, 1-based as an editor counts
+// lines), "text", "tokens", "finish_reason", "stats" — or "error" for a line that failed (a
+// blank line, invalid UTF-8, bad JSON, an empty "messages"...; it names the line, and the
+// others still run). Progress on stderr: done / total, tok/s, ETA.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +20,7 @@
 
 #include "dsv4/cli/common.h"
 #include "dsv4/text/chat_format.h"
+#include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 #include "dsv4/util/memory.h"
@@ -41,14 +45,20 @@ std::string eta_text(double s) {
                    : t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
 }
 
-Line parse_line(const std::string& text, size_t index, const std::string& path, const LoadedModel& lm,
+bool blank(const std::string& s) { return s.find_first_not_of(" \t\r") == std::string::npos; }
+
+// `number`: the physical line number, 1-based.
+Line parse_line(const std::string& text, size_t number, const std::string& path, const LoadedModel& lm,
                 const GenerationRequest& defaults, const chat::EncodeOptions& eo) {
   Line line;
-  line.id = index;
+  line.id = number;
   line.request = defaults;
   try {
+    if (blank(text)) fail("{} line {}: blank line (no prompt)", path, number);
+    if (const size_t ok = text::valid_utf8_prefix(text); ok != text.size())
+      fail("{} line {}: invalid UTF-8 at byte {} of the line", path, number, ok + 1);
     const Json j = Json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) fail("{} line {}: not a JSON object", path, index + 1);
+    if (j.is_discarded() || !j.is_object()) fail("{} line {}: not a JSON object", path, number);
     if (j.contains("id")) line.id = j["id"];
     GenerationRequest& r = line.request;
     if (j.contains("max_tokens")) r.max_tokens = j["max_tokens"].get<int64_t>();
@@ -57,8 +67,10 @@ Line parse_line(const std::string& text, size_t index, const std::string& path, 
     if (j.contains("top_k")) r.sampling.top_k = j["top_k"].get<int>();
     if (j.contains("seed")) r.sampling.seed = j["seed"].get<uint64_t>();
     r.sampling.validate();
-    if (r.max_tokens < 1) fail("{} line {}: \"max_tokens\" must be at least 1", path, index + 1);
+    if (r.max_tokens < 1) fail("{} line {}: \"max_tokens\" must be at least 1", path, number);
     if (j.contains("messages")) {
+      const Json& m = j["messages"];
+      if (!m.is_array() || m.empty()) fail("{} line {}: \"messages\" must be a non-empty array", path, number);
       r.prompt = lm.tokenizer.encode(chat::encode_messages(j["messages"], eo));
     } else if (j.contains("prompt") && j["prompt"].is_string()) {
       const std::string p = j["prompt"].get<std::string>();
@@ -70,10 +82,10 @@ Line parse_line(const std::string& text, size_t index, const std::string& path, 
         r.prompt = lm.tokenizer.encode(chat::encode_messages(Json::array({{{"role", "user"}, {"content", p}}}), eo));
       }
     } else {
-      fail("{} line {}: needs \"prompt\" (a string) or \"messages\"", path, index + 1);
+      fail("{} line {}: needs \"prompt\" (a string) or \"messages\"", path, number);
     }
   } catch (const Json::exception& e) {
-    line.error = fmt::format("{} line {}: {}", path, index + 1, e.what());
+    line.error = fmt::format("{} line {}: {}", path, number, e.what());
   } catch (const Error& e) {
     line.error = e.what();
   }
@@ -88,10 +100,10 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   {
     std::ifstream in(o.batch);
     if (!in) fail("{}: cannot open (--batch)", o.batch);
-    for (std::string s; std::getline(in, s);)
-      if (s.find_first_not_of(" \t\r") != std::string::npos) texts.push_back(s);
+    for (std::string s; std::getline(in, s);) texts.push_back(s);  // every physical line, blank ones too
+    if (in.bad()) fail("{}: read failed (--batch)", o.batch);
   }
-  if (texts.empty()) fail("{}: no prompts (--batch)", o.batch);
+  if (std::all_of(texts.begin(), texts.end(), blank)) fail("{}: no prompts (--batch)", o.batch);
   std::FILE* out = std::fopen(o.batch_out.c_str(), "w");
   if (!out) fail("{}: cannot write (--out)", o.batch_out);
 
@@ -102,8 +114,11 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   workload.chunk_tokens = chunk + slots_guess * (1 + o.sampling.draft_max);
   workload.auto_chunk = false;
   LoadedModel lm = load_model(o.model, workload, mtp_load_for(o.sampling.spec));
-  const int slots = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(lm.plan.sessions, int64_t(texts.size()))));
-  fmt::print(stderr, "dsv4: {} prompts through {} slot{}\n", texts.size(), slots, slots == 1 ? "" : "s");
+  const size_t blanks = static_cast<size_t>(std::count_if(texts.begin(), texts.end(), blank));
+  const size_t prompts = texts.size() - blanks;
+  const int slots = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(lm.plan.sessions, int64_t(prompts))));
+  fmt::print(stderr, "dsv4: {} prompts through {} slot{}{}\n", prompts, slots, slots == 1 ? "" : "s",
+             blanks ? fmt::format(" ({} blank line{}: an error result each)", blanks, blanks == 1 ? "" : "s") : "");
 
   GenerationRequest defaults;
   defaults.sampling = sampling_params(lm.dir, o.sampling);
@@ -128,7 +143,7 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
     Engine::BatchMember member = slots > 1 ? lm.engine->join_batch() : Engine::BatchMember();
     SessionState session = lm.engine->new_session();
     for (size_t i; (i = next++) < texts.size();) {
-      Line line = parse_line(texts[i], i, o.batch, lm, defaults, eo);
+      Line line = parse_line(texts[i], i + 1, o.batch, lm, defaults, eo);
       Json j = {{"id", line.id}};
       int64_t generated = 0;
       if (!line.error.empty()) {
@@ -180,7 +195,7 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   fmt::print(stderr,
              "dsv4: {} prompts, {} tokens generated in {:.1f} s ({:.2f} tok/s) with {} slot{}, peak RSS {}; "
              "results in {}\n",
-             texts.size(), tokens, secs, secs > 0 ? double(tokens) / secs : 0.0, slots, slots == 1 ? "" : "s",
+             prompts, tokens, secs, secs > 0 ? double(tokens) / secs : 0.0, slots, slots == 1 ? "" : "s",
              format_bytes(peak_rss_bytes()), o.batch_out);
   return 0;
 }

@@ -115,6 +115,11 @@ std::vector<double> parse_read_shares(const std::string& text) {
   return shares;
 }
 
+void check_mirrors(const Checkpoint& ck, const std::vector<std::string>& mirrors) {
+  if (mirrors.empty()) return;
+  const ShardFiles files(shard_sources(ck, ExpertLayout(ck).shard_paths(), mirrors), false, true);
+}
+
 ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options)
     : options_(options), layout_(ck), n_experts_(layout_.n_experts()), config_(ck.config()) {
   if (options_.slots < 1) fail("expert store: needs at least one slot, got {}", options_.slots);

@@ -55,6 +55,11 @@ enum class IoBackend : uint8_t { kAuto, kUring, kThreads };
 IoBackend parse_io_backend(const std::string& text);
 // "2,1" -> {2, 1} (--read-shares; "" -> {}: measured); throws Error naming --read-shares.
 std::vector<double> parse_read_shares(const std::string& text);
+// Checks the --mirror folders as an ExpertStore does at start (each a directory, not another
+// of the folders, the checkpoint's config.json if it has one, at least one of the shards, each
+// shard held the checkpoint's size and header); throws Error naming the folder or the file.
+// For plans whose experts are all resident, which read no mirror but must not accept a bad one.
+void check_mirrors(const Checkpoint& ck, const std::vector<std::string>& mirrors);
 
 struct ExpertStoreOptions {
   int64_t slots = 0;             // cache slots (>= 1)

@@ -9,7 +9,10 @@ namespace dsv4 {
 
 std::unique_ptr<ExpertProvider> make_planned_provider(const Checkpoint& ck, const MemoryPlan& plan,
                                                       ExpertStoreOptions store) {
-  if (plan.all_resident) return make_resident_experts(ck, store.faults.get());
+  if (plan.all_resident) {
+    check_mirrors(ck, store.mirrors);  // read by no one here, but a bad one is refused all the same
+    return make_resident_experts(ck, store.faults.get());
+  }
   store.slots = plan.slots;
   return std::make_unique<ExpertStore>(ck, store);
 }

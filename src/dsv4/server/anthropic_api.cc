@@ -90,7 +90,10 @@ void for_each_block(const Json& content, const std::string& param, Fn fn) {
 // One Anthropic message -> messages of the chat encoder (OpenAI-style): a user message becomes
 // user and tool messages in block order (the encoder merges them into one user turn), an
 // assistant message one assistant message with reasoning, content and tool calls.
-void convert_message(const Json& m, const std::string& p, bool last, Json& out, bool& prefill) {
+// `tool_use_ids`: the ids of the conversation's tool_use blocks so far (each unique and
+// non-empty; a tool_result answers one of them).
+void convert_message(const Json& m, const std::string& p, bool last, Json& out, bool& prefill,
+                     std::set<std::string>& tool_use_ids) {
   if (!m.is_object()) wrong_type(p, "an object", m);
   Fields msg(m, p);
   if (!msg.find("role")) missing(msg.name("role"));
@@ -113,6 +116,9 @@ void convert_message(const Json& m, const std::string& p, bool last, Json& out, 
       } else if (type == "tool_result") {
         if (!block.find("tool_use_id")) missing(block.name("tool_use_id"));
         const std::string id = *block.string("tool_use_id", kMaxIdBytes);
+        if (id.empty()) bad_value(block.name("tool_use_id"), "a tool_use_id may not be empty.");
+        if (!tool_use_ids.count(id))
+          bad_value(block.name("tool_use_id"), fmt::format("no earlier tool_use block has the id \"{}\".", id));
         block.boolean("is_error");  // accepted; the format has no error flag (the text says it)
         out.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", tool_result_content(block)}});
       } else {
@@ -142,6 +148,9 @@ void convert_message(const Json& m, const std::string& p, bool last, Json& out, 
       } else if (type == "tool_use") {
         if (!block.find("id")) missing(block.name("id"));
         const std::string id = *block.string("id", kMaxIdBytes);
+        if (id.empty()) bad_value(block.name("id"), "a tool_use id may not be empty.");
+        if (!tool_use_ids.insert(id).second)
+          bad_value(block.name("id"), fmt::format("tool_use ids must be unique in the conversation; \"{}\" is given twice.", id));
         if (!block.find("name")) missing(block.name("name"));
         const std::string name = *block.string("name");
         if (!valid_tool_name(name)) bad_value(block.name("name"), "a tool name is 1 to 128 letters, digits, '_' or '-'.");
@@ -298,8 +307,9 @@ ApiRequest parse_messages_request(const Json& body, const RequestDefaults& d, co
   if (list->size() > limits.max_messages)
     bad_value("messages", fmt::format("at most {} messages are allowed, got {}.", limits.max_messages, list->size()));
   bool prefill = false;
+  std::set<std::string> tool_use_ids;
   for (size_t i = 0; i < list->size(); ++i)
-    convert_message((*list)[i], at_index("messages", i), i + 1 == list->size(), messages, prefill);
+    convert_message((*list)[i], at_index("messages", i), i + 1 == list->size(), messages, prefill, tool_use_ids);
 
   std::set<std::string> tool_names;
   Json tools = parse_tools(f, limits, tool_names);

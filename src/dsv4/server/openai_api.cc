@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -233,6 +234,7 @@ Json parse_tools(const Fields& f, const RequestLimits& limits) {
   if (!tools || tools->empty()) return Json::array();
   if (tools->size() > limits.max_tools) bad_value("tools", fmt::format("at most {} tools are allowed.", limits.max_tools));
   Json out = Json::array();
+  std::set<std::string> names;
   for (size_t i = 0; i < tools->size(); ++i) {
     const std::string p = at_index("tools", i);
     if (!(*tools)[i].is_object()) wrong_type(p, "an object", (*tools)[i]);
@@ -244,8 +246,12 @@ Json parse_tools(const Fields& f, const RequestLimits& limits) {
     if (!fn) missing(tool.name("function"));
     Fields function(*fn, tool.name("function"));
     if (!function.find("name")) missing(function.name("name"));
-    if (!valid_function_name(*function.string("name")))
+    const std::string name = *function.string("name");
+    if (!valid_function_name(name))
       bad_value(function.name("name"), "a function name is 1 to 64 letters, digits, '_' or '-'.");
+    // As the Anthropic API: a call names its function, so two functions may not share a name.
+    if (!names.insert(name).second)
+      bad_value(function.name("name"), fmt::format("function names must be unique; \"{}\" is given twice.", name));
     function.string("description");
     function.object("parameters");
     function.boolean("strict");

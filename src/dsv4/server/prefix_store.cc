@@ -103,6 +103,26 @@ class Hasher {
   XXH3_state_t* state_;
 };
 
+// Whether `path` is a regular file (symbolic links followed), found without blocking: the
+// open is O_NONBLOCK, so a FIFO without a writer cannot hang it, and the type comes from fstat.
+bool regular_file(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return true;  // let the real open report why
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  ::close(fd);
+  return regular;
+}
+
+// An error's text without a leading "PATH: ", for messages that name the path themselves.
+std::string without_path(const std::string& message, const std::string& path) {
+  const std::string prefix = path + ": ";
+  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+}
+
 // A descriptor that closes itself.
 struct Fd {
   int fd = -1;
@@ -274,6 +294,11 @@ void PrefixStore::scan() {
       ++foreign;
       continue;
     }
+    if (!regular_file(path)) {
+      // A FIFO, a device, a directory...: not ours to read (the open does not block) nor remove.
+      warn_(fmt::format("--cache-dir: {} is not a regular file; ignored", path));
+      continue;
+    }
     try {
       const File f = File::open_read(path);
       struct stat st {};
@@ -302,7 +327,7 @@ void PrefixStore::scan() {
       bytes_ += size;
       entries_.push_back(std::move(e));
     } catch (const Error& err) {
-      warn_(fmt::format("{}: {}; removed", path, err.what()));
+      warn_(fmt::format("{}: {}; removed", path, without_path(err.what(), path)));
       ::unlink(path.c_str());
     }
   }
@@ -375,7 +400,8 @@ std::optional<SessionState> PrefixStore::load(size_t i) {
       drop(i, false);
       return std::nullopt;
     }
-    warn_(fmt::format("{}: {}; ignored and removed (the prompt is prefilled instead)", path, err.what()));
+    warn_(fmt::format("{}: {}; ignored and removed (the prompt is prefilled instead)", path,
+                      without_path(err.what(), path)));
     drop(i, true);
     return std::nullopt;
   }

@@ -16,15 +16,19 @@
 namespace dsv4 {
 File File::open_read(const std::string& path) {
   int fd;
+  // O_NONBLOCK: a FIFO (or a device) at the path must not block the open; it is refused by
+  // its type before any read, and regular files get their blocking mode back.
   do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     fail("{}: not a regular file", path);
   }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   return File(fd, path);
 }
 
