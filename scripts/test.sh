@@ -35,12 +35,12 @@ stage_table() {
   local rc=$? failed=$stage_name
   end_stage
   printf '\n== stage times (%s, %d cores)\n' "$(uname -m)" "$(nproc)"
-  printf '| %-44s | %7s |\n' stage time
-  printf '|%s|%s|\n' "----------------------------------------------" "---------"
+  printf '| %-50s | %7s |\n' stage time
+  printf '|%s|%s|\n' "----------------------------------------------------" "---------"
   for i in "${!stage_names[@]}"; do
-    printf '| %-44s | %7s |\n' "${stage_names[$i]}" "$(mmss "${stage_secs[$i]}")"
+    printf '| %-50s | %7s |\n' "${stage_names[$i]}" "$(mmss "${stage_secs[$i]}")"
   done
-  printf '| %-44s | %7s |\n' "total" "$(mmss $(( $(date +%s) - start )))"
+  printf '| %-50s | %7s |\n' "total" "$(mmss $(( $(date +%s) - start )))"
   if (( rc != 0 )) && [[ -n "$failed" ]]; then printf 'failed in: %s (exit %d)\n' "$failed" "$rc"; fi
 }
 trap stage_table EXIT
