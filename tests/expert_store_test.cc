@@ -723,16 +723,6 @@ TEST(Planner, RamFlagOnCommands) {
   EXPECT_NE(bad.err.find("--ram \"lots\""), std::string::npos) << bad.err;
 }
 
-// The size format_bytes printed right after `label` in `text` ("peak RSS 45.2 MiB"), or -1.
-double bytes_after(const std::string& text, const std::string& label) {
-  const size_t at = text.find(label);
-  if (at == std::string::npos) return -1;
-  const size_t number = at + label.size();
-  const std::string unit = text.substr(text.find(' ', number) + 1, 3);
-  const double scale = unit == "GiB" ? double(1ull << 30) : unit == "MiB" ? double(1ull << 20) : unit == "KiB" ? 1024.0 : 1.0;
-  return std::stod(text.substr(number)) * scale;
-}
-
 // Peak RSS of a real run stays within the budget: a synthetic checkpoint of ~400 MB run
 // with a 200 MiB budget (the plan's reserve covers the process itself; no extra allowance).
 TEST(ExpertStoreMemory, PeakRssWithinBudget) {
@@ -747,7 +737,7 @@ TEST(ExpertStoreMemory, PeakRssWithinBudget) {
   const uint64_t budget = 200ull << 20;
   auto r = test::run_dsv4("generate -m " + dir + " --tokens 5,6,7,8,9,10,11,12 -n 4 --greedy --print-ids --ram 200M");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const double rss = bytes_after(r.err, "peak RSS ");
+  const double rss = test::bytes_after(r.err, "peak RSS");
   ASSERT_GT(rss, 0) << r.err;
   std::printf("peak RSS %.1f MiB with a %llu MiB budget on a %.0f MiB checkpoint\n", rss / (1 << 20),
               (unsigned long long)(budget >> 20), total / double(1 << 20));
@@ -774,7 +764,7 @@ TEST(ExpertStoreMemory, PeakRssWithinPlanWithEightSessions) {
   EXPECT_NE(plan.find("for 8 session slots"), std::string::npos) << plan;
   EXPECT_NE(plan.find("undo logs "), std::string::npos) << plan;
   EXPECT_NE(plan.find(" slots x "), std::string::npos) << plan;  // streamed, not resident
-  const double bench_projected = bytes_after(plan, "projected peak ");
+  const double bench_projected = test::bytes_after(plan, "projected peak");
   const double bench_rss = j["peak_rss_bytes"].get<double>();
   ASSERT_GT(bench_projected, 0) << plan;
   std::printf("bench, 8 sessions: peak RSS %.1f MiB, projected peak %.1f MiB\n", bench_rss / (1 << 20),
@@ -795,7 +785,7 @@ TEST(ExpertStoreMemory, PeakRssWithinPlanWithEightSessions) {
   int answered = 0;
   for (std::string l; std::getline(results, l);) answered += nlohmann::json::parse(l)["tokens"].size() > 0;
   EXPECT_EQ(answered, 8) << r.err;
-  const double projected = bytes_after(r.err, "projected peak "), rss = bytes_after(r.err, "peak RSS ");
+  const double projected = test::bytes_after(r.err, "projected peak"), rss = test::bytes_after(r.err, "peak RSS");
   ASSERT_GT(projected, 0) << r.err;
   ASSERT_GT(rss, 0) << r.err;  // the run --batch summary line gives it
   std::printf("run --batch, 8 slots: peak RSS %.1f MiB, projected peak %.1f MiB\n", rss / (1 << 20),

@@ -59,18 +59,6 @@ uint64_t status_kib(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// "1.50 GiB" / "12.8 MiB" after `key` in `text`, in bytes.
-double bytes_after(const std::string& text, const std::string& key) {
-  const std::smatch m = [&] {
-    std::smatch r;
-    std::regex_search(text, r, std::regex(key + " ([0-9.]+) (GiB|MiB|KiB)"));
-    return r;
-  }();
-  if (m.empty()) return -1;
-  const double unit = m[2] == "GiB" ? double(1 << 30) : m[2] == "MiB" ? double(1 << 20) : 1024.0;
-  return std::stod(m[1]) * unit;
-}
-
 TEST(PrefixCacheBudget, ServerPeakRssWithinThePlannedPeak) {
   if (kAsan) GTEST_SKIP() << "ASan's shadow memory and quarantine are not part of any budget";
   test::TempDir tmp;
@@ -107,7 +95,7 @@ TEST(PrefixCacheBudget, ServerPeakRssWithinThePlannedPeak) {
   const std::string plan = test::read_file(err);
   EXPECT_NE(plan.find("(prefix cache 1.0 MiB)"), std::string::npos) << plan;
   EXPECT_NE(plan.find("slots"), std::string::npos) << plan;  // streamed, not resident
-  const double projected = bytes_after(plan, "projected peak");
+  const double projected = test::bytes_after(plan, "projected peak");
   ASSERT_GT(projected, 0) << plan;
 
   // 8 distinct 600-token prompts: ~0.25 MiB of session state each, twice the cache's bound.

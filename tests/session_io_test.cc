@@ -209,6 +209,13 @@ std::vector<std::string> files_in(const std::string& dir) {
   return out;
 }
 
+// Stores `s` as the only entry of a new store at `cache` (text "abc") and closes the store;
+// returns the entry's file name.
+std::string store_alone(const std::string& cache, Warnings& w, const SessionState& s) {
+  PrefixStore store(cache, 1 << 20, kIdentity, kLimits, w.sink());
+  return store.store(s, {}, "abc").file;
+}
+
 TEST(PrefixStore, EntriesSurviveReopeningAndLoadExactly) {
   test::TempDir dir;
   Warnings w;
@@ -240,11 +247,7 @@ TEST(PrefixStore, AFlippedByteAnywhereIsDetectedOnceAndTheEntryRemoved) {
   test::TempDir dir;
   Warnings w;
   const SessionState a = synthetic_session({1, 2, 3}, 100, 0.5f);
-  std::string file;
-  {
-    PrefixStore store(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink());
-    file = store.store(a, {}, "abc").file;
-  }
+  const std::string file = store_alone(dir / "cache", w, a);
   const std::string path = dir / "cache/" + file;
   const std::string original = test::read_file(path);
   // Flip one bit at positions across the header's checksummed part, the key, text and session.
@@ -307,11 +310,7 @@ TEST(PrefixStore, AFifoOrADeviceAmongTheEntriesCannotHangTheStart) {
   test::TempDir dir;
   Warnings w;
   const SessionState a = synthetic_session({1, 2, 3}, 100, 0.5f);
-  std::string file;
-  {
-    PrefixStore store(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink());
-    file = store.store(a, {}, "abc").file;
-  }
+  const std::string file = store_alone(dir / "cache", w, a);
   const std::string identity = file.substr(0, file.find('-') + 1);
   const std::string fifo = dir / ("cache/" + identity + "00000000000000000000000000000000.dsv4p");
   const std::string device = dir / ("cache/" + identity + "11111111111111111111111111111111.dsv4p");

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -122,6 +123,13 @@ CommandResult synth_budget_checkpoint(const std::string& dir, int vocab) {
 }
 
 std::string fixture(const std::string& name) { return "../shared/fixtures/" + name; }
+
+double bytes_after(const std::string& text, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(key + " ([0-9.]+) (GiB|MiB|KiB|B)"))) return -1;
+  const double unit = m[2] == "GiB" ? double(1ull << 30) : m[2] == "MiB" ? double(1ull << 20) : m[2] == "KiB" ? 1024.0 : 1.0;
+  return std::stod(m[1]) * unit;
+}
 
 TempDir::TempDir() {
   const char* base = std::getenv("DSV4_TEST_TMP");

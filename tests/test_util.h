@@ -50,6 +50,10 @@ std::vector<int32_t> pseudo_tokens(size_t n, int64_t vocab, uint64_t seed);
 // "../shared/fixtures/<name>" (tests run from the repository root).
 std::string fixture(const std::string& name);
 
+// The size format_bytes printed after `key` in `text` ("peak RSS 45.2 MiB" for key "peak RSS"),
+// in bytes; -1 when it is not there. `key` is a plain phrase (no regex metacharacters).
+double bytes_after(const std::string& text, const std::string& key);
+
 // A fresh empty directory under the build tree, removed by the destructor.
 class TempDir {
  public:
