@@ -358,6 +358,59 @@ TEST(Server, ContextOverflowIs400ContextLengthExceeded) {
   EXPECT_LE(ok.json["usage"]["total_tokens"].get<int>(), 17);
 }
 
+// Without a --ctx the limit is what a session holds (the engine's context, 4,096 tokens in the
+// harness), not the model's 1M max_position_embeddings: a longer prompt is a 400 before any
+// prefill, on both APIs, streaming or not, and /v1/models reports the same number.
+TEST(Server, ContextLimitIsWhatASessionHolds) {
+  TestServer s;
+  const int64_t limit = model().engine->context_limit();
+  ASSERT_LT(limit, model().engine->config().max_position_embeddings);
+  EXPECT_EQ(get(s, "/v1/models").json["data"][0]["context_length"], limit);
+
+  std::string long_text;
+  while (static_cast<int64_t>(model().tokenizer.encode(long_text).size()) <= limit) long_text += " lighthouse 17 keeper";
+  const std::string limit_text = std::to_string(limit) + " tokens";
+  auto expect_exceeded = [&](const Reply& r, const std::string& param, const std::string& what) {
+    EXPECT_EQ(r.status, 400) << what << ": " << r.body.substr(0, 300);
+    const Json& e = r.json["error"];
+    EXPECT_EQ(e["code"], "context_length_exceeded") << what;
+    EXPECT_EQ(e["param"], param) << what;
+    EXPECT_NE(e["message"].get<std::string>().find(limit_text), std::string::npos) << what << ": " << r.body;
+  };
+  for (bool stream : {false, true}) {
+    const std::string mode = stream ? " (stream)" : "";
+    Json chat = user_chat(long_text, 4);
+    chat["stream"] = stream;
+    expect_exceeded(post(s, "/v1/chat/completions", chat), "messages", "chat" + mode);
+
+    std::vector<int32_t> ids(static_cast<size_t>(limit), 1);
+    Json completion = {{"model", "tiny-a"}, {"prompt", ids}, {"max_tokens", 4}, {"stream", stream}};
+    expect_exceeded(post(s, "/v1/completions", completion), "prompt", "completion ids" + mode);
+
+    Json message = {{"model", "tiny-a"},
+                    {"max_tokens", 4},
+                    {"stream", stream},
+                    {"messages", Json::array({{{"role", "user"}, {"content", long_text}}})}};
+    const Reply r = post(s, "/v1/messages", message);
+    EXPECT_EQ(r.status, 400) << "messages" << mode << ": " << r.body.substr(0, 300);
+    EXPECT_EQ(r.json["type"], "error");
+    EXPECT_NE(r.json["error"]["message"].get<std::string>().find(limit_text), std::string::npos) << r.body;
+  }
+  // Schemas at the documented maximum (4,096 enum values; 1,024 properties) fit the request
+  // but not the context: the same 400, not a 500 from compiling them.
+  Json values = Json::array();
+  for (int i = 0; i < 4096; ++i) values.push_back("value " + std::to_string(i));
+  Json properties = Json::object();
+  for (int i = 0; i < 1024; ++i) properties["field_" + std::to_string(i)] = {{"type", "integer"}};
+  for (const Json& schema : {Json{{"type", "string"}, {"enum", values}}, Json{{"type", "object"}, {"properties", properties}}}) {
+    Json chat = user_chat("Hi", 4);
+    chat["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "big"}, {"schema", schema}}}};
+    expect_exceeded(post(s, "/v1/chat/completions", chat), "messages", "schema");
+  }
+  // A prompt that fits still runs.
+  EXPECT_EQ(post(s, "/v1/chat/completions", user_chat("Hi", 2)).status, 200);
+}
+
 struct BadRequest {
   std::string name;
   std::string method;

@@ -55,9 +55,11 @@ Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Metrics& 
       tokenizer_(tokenizer),
       metrics_(metrics),
       options_(options),
-      context_limit_(options.context_limit > 0
-                         ? std::min(options.context_limit, engine.config().max_position_embeddings)
-                         : engine.config().max_position_embeddings),
+      // The sessions hold engine.context_limit() tokens (what the plan reserved), not the
+      // model's max_position_embeddings: admitting against the latter let a longer prompt in
+      // and fail mid-prefill with a 500 or an error event after a 200.
+      context_limit_(options.context_limit > 0 ? std::min(options.context_limit, engine.context_limit())
+                                               : engine.context_limit()),
       cache_(options.cache_entries, options.cache_bytes, open_store(engine, options)) {
   metrics_.set_expert_stats(engine_.experts().stats());
   options_.parallel = std::max(1, options_.parallel);

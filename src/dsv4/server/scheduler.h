@@ -49,7 +49,7 @@ struct SchedulerOptions {
   uint64_t cache_dir_bytes = setting_default<uint64_t>("cache_dir_mb") << 20;
   // Where the disk tier's warnings go (a corrupted entry, a failed write); default stderr.
   std::function<void(const std::string&)> cache_warn;
-  int64_t context_limit = 0;             // 0: the model's max_position_embeddings
+  int64_t context_limit = 0;             // 0: what a session holds (the engine's context limit)
   int64_t chunk = 0;                     // prefill chunk (0: the generator's default)
   // Test hook (DSV4_TEST_TOKEN_DELAY_MS): pause after each generated token, so browser tests
   // can watch an answer stream and stop it even though a tiny model decodes in microseconds.
