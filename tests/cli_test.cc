@@ -1,4 +1,12 @@
 // dsv4 run and dsv4 chat end to end on the tiny-a fixture.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -159,6 +167,94 @@ TEST(CliSettings, EnvironmentSuppliesDefaultsAndTyposAreRejected) {
   ASSERT_EQ(WEXITSTATUS(status), 0);
   nlohmann::json b = nlohmann::json::parse(test::read_file(out));
   EXPECT_EQ(a["tokens"], b["tokens"]);
+}
+
+// dsv4 with `args` (argv, no shell), stdin from `input`, stderr to a file. Once stderr holds
+// `ready`, waits `delay` and sends one SIGINT (as Ctrl-C does); returns the exit code, the
+// stderr text and the seconds from the signal to the exit.
+struct Interrupted {
+  int exit_code = -1;
+  std::string err;
+  double signal_to_exit_s = -1;
+};
+Interrupted interrupt_dsv4(const std::vector<std::string>& args, const std::string& input, const std::string& ready,
+                           std::chrono::milliseconds delay) {
+  test::TempDir tmp;
+  test::write_file(tmp / "in", input);
+  const std::string err_path = tmp / "err";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen((tmp / "in").c_str(), "r", stdin) || !freopen("/dev/null", "w", stdout) ||
+        !freopen(err_path.c_str(), "w", stderr))
+      _exit(127);
+    std::vector<char*> argv{const_cast<char*>(DSV4_BINARY)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(DSV4_BINARY, argv.data());
+    _exit(127);
+  }
+  Interrupted r;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (test::read_file(err_path).find(ready) == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(delay);
+  const auto signalled = std::chrono::steady_clock::now();
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.signal_to_exit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.err = test::read_file(err_path);
+  return r;
+}
+
+// A prompt of about 12,600 tokens for the demo model: its prefill in one chunk takes seconds
+// (3.4 s on this machine in release), far longer than Ctrl-C may take to act.
+std::string long_demo_prompt() {
+  std::string text;
+  for (int i = 0; i < 1800; ++i) text += "the LORD said unto Moses and Aaron ";
+  return text;
+}
+
+// Ctrl-C during a prefill that is one chunk (--chunk above the prompt) acts inside that chunk:
+// the stats say none of the prompt was taken (before, the whole chunk ran first and the
+// answer was cancelled after it), and the process is gone well before the chunk would end.
+TEST(CliRun, CtrlCDuringOneLongPrefillChunkActsAtOnce) {
+  const Interrupted r = interrupt_dsv4({"run", "--raw", "--max-tokens", "4", "--chunk", "16000", long_demo_prompt()}, "",
+                                       "using the built-in demo model", std::chrono::milliseconds(500));
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("cancelled after 0 of 12,60"), std::string::npos) << r.err;
+  EXPECT_LT(r.signal_to_exit_s, 2.0) << r.err;
+}
+
+// The prefill progress line's rate is the prefill's own (its clock starts with the prefill,
+// not when the first chunk is done): it agrees with the stats line's, even for one chunk.
+TEST(CliRun, PrefillProgressRateIsTheRealOne) {
+  std::string prompt;
+  for (int i = 0; i < 150; ++i) prompt += "the LORD said unto Moses and Aaron ";
+  const auto r = run_dsv4("run --raw --max-tokens 1 --chunk 2000 \"" + prompt + "\"");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch progress, stats;
+  ASSERT_TRUE(std::regex_search(r.err, progress, std::regex(R"(prefill: 100% \(\d+/\d+ tokens, ([0-9.]+) tokens/s\))")))
+      << r.err;
+  ASSERT_TRUE(std::regex_search(r.err, stats, std::regex(R"(\| prefill ([0-9.]+) tok/s)"))) << r.err;
+  const double shown = std::stod(progress[1]), real = std::stod(stats[1]);
+  EXPECT_GT(shown, real * 0.5) << r.err;
+  EXPECT_LT(shown, real * 2.0) << r.err;
+}
+
+// In chat the cut turn is forgotten (the session rolls back) and the next line is answered
+// as the conversation's first turn.
+TEST(CliChat, CtrlCDuringOneLongPrefillChunkForgetsTheTurn) {
+  const Interrupted r = interrupt_dsv4({"chat", "--max-tokens", "3", "--temperature", "0", "--chunk", "16000"},
+                                       long_demo_prompt() + "\nAnd Moses said\n/stats\n", "using the built-in demo model",
+                                       std::chrono::milliseconds(500));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("cancelled after 0 of 12,6"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the conversation is as it was before this turn"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(0 reused)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[1 turns"), std::string::npos) << r.err;
+  EXPECT_LT(r.signal_to_exit_s, 30.0) << r.err;
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "dsv4/experts/expert_store.h"
+#include "dsv4/io/checkpoint.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/generator.h"
 #include "dsv4/runtime/sampler.h"
@@ -236,6 +238,89 @@ TEST_F(GeneratorTest, CancelStopsPromptly) {
   GenerationResult g = generate(*engine_, s, r, cb);
   EXPECT_EQ(g.finish, FinishReason::kCancelled);
   EXPECT_TRUE(g.tokens.empty());
+}
+
+// Raises `flag` at its n-th acquire(): a Ctrl-C that lands inside a pass, in the middle of a
+// layer's MoE, at a point a test can choose.
+class RaiseAtAcquire final : public ExpertProvider {
+ public:
+  RaiseAtAcquire(std::unique_ptr<ExpertProvider> inner, std::atomic<bool>* flag) : inner_(std::move(inner)), flag_(flag) {}
+  void arm(int64_t n) { left_ = n; }
+  void prefetch(int layer, std::span<const int> experts) override { inner_->prefetch(layer, experts); }
+  void predict(int layer, std::span<const int> experts) override { inner_->predict(layer, experts); }
+  void expect(int layer, std::span<const int> experts) override { inner_->expect(layer, experts); }
+  bool wants_predictions() const override { return inner_->wants_predictions(); }
+  int64_t capacity() const override { return inner_->capacity(); }
+  bool ready(int layer, int expert) const override { return inner_->ready(layer, expert); }
+  const ExpertWeights& acquire(int layer, int expert) override {
+    if (left_ > 0 && --left_ == 0) flag_->store(true);
+    return inner_->acquire(layer, expert);
+  }
+  void release(int layer, int expert) override { inner_->release(layer, expert); }
+  ExpertStats stats() const override { return inner_->stats(); }
+  uint64_t resident_bytes() const override { return inner_->resident_bytes(); }
+
+ private:
+  std::unique_ptr<ExpertProvider> inner_;
+  std::atomic<bool>* flag_;
+  int64_t left_ = 0;
+};
+
+// Ctrl-C inside the one pass of a prefill (one chunk, at an expert of layer 0 or of the last
+// layer) stops that pass: nothing of the prompt is kept, the session is rewound to where the
+// generation started, and the same session then gives exactly the uncancelled answer. With
+// every expert resident and with a two-slot streaming cache (reads abandoned mid-pass).
+TEST_F(GeneratorTest, CancelInsideAPassRewindsTheSessionAndTheNextRunIsExact) {
+  SessionState plain_session = engine_->new_session();
+  std::string plain_text;
+  const GenerationResult plain = generate(*engine_, plain_session, greedy_request(6), callbacks(&plain_text));
+  // The acquires of the prompt's pass: the last but one is in the last layer's MoE.
+  const uint64_t before = engine_->experts().stats().requests;
+  SessionState counted = engine_->new_session();
+  engine_->forward(counted, prompt_, nullptr, LogitRows::kLast);
+  const auto pass_acquires = static_cast<int64_t>(engine_->experts().stats().requests - before);
+  ASSERT_GT(pass_acquires, 4);
+  for (bool streamed : {false, true}) {
+    for (int64_t at : {int64_t{3}, pass_acquires - 1}) {
+      SCOPED_TRACE((streamed ? "streamed, acquire " : "resident, acquire ") + std::to_string(at));
+      auto ck = std::make_unique<const Checkpoint>(Checkpoint::open(test::fixture("tiny-a")));
+      std::unique_ptr<ExpertProvider> inner;
+      if (streamed) {
+        ExpertStoreOptions so;
+        so.slots = 2;
+        so.direct_io = false;
+        so.quiet = true;
+        inner = std::make_unique<ExpertStore>(*ck, so);
+      } else {
+        inner = make_resident_experts(*ck);
+      }
+      std::atomic<bool> cancel{false};
+      auto raising = std::make_unique<RaiseAtAcquire>(std::move(inner), &cancel);
+      RaiseAtAcquire* raiser = raising.get();
+      EngineOptions o;
+      o.numerics = kernels::Numerics::kReference;
+      std::unique_ptr<Engine> engine = Engine::create(std::move(ck), o, std::move(raising));
+
+      SessionState s = engine->new_session();
+      std::string text;
+      GenerationCallbacks cb = callbacks(&text);
+      cb.cancel = &cancel;
+      raiser->arm(at);
+      const GenerationResult cut = generate(*engine, s, greedy_request(6), cb);
+      EXPECT_EQ(cut.finish, FinishReason::kCancelled);
+      EXPECT_EQ(cut.stats.prefilled_tokens, 0);
+      EXPECT_TRUE(cut.tokens.empty());
+      EXPECT_TRUE(cancel.load());  // raised inside the pass, not before it
+      test::expect_same_session(s, engine->new_session());
+
+      cancel.store(false);
+      text.clear();
+      const GenerationResult again = generate(*engine, s, greedy_request(6), cb);
+      EXPECT_EQ(again.tokens, plain.tokens);
+      EXPECT_EQ(text, plain_text);
+      test::expect_same_session(s, plain_session);
+    }
+  }
 }
 
 TEST_F(GeneratorTest, LogprobsAreLogSoftmaxOfTheModelsLogitsEvenUnderAFilter) {

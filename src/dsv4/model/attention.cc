@@ -170,13 +170,16 @@ void grouped_output(const Pass& p, const AttentionWeights& a, float* out) {
 
 void attention(const Pass& p, const LayerWeights& L, const float* x, LayerState* const* states, float* out) {
   query_path(p, L, x);
+  p.check_cancel();
   window_kv(p, L, x);
   compressed_entries(p, L, x, states);
+  p.check_cancel();
   for (size_t i = 0; i < p.n_parts(); ++i) {
     const Pass part = p.part(i);
     const int64_t n_prev = window_rows(part, *states[i]);
     attend_heads(part, L, *states[i], n_prev);
   }
+  p.check_cancel();
   grouped_output(p, L.attn, out);
 }
 

@@ -66,7 +66,7 @@ void check_tokens(const ModelConfig& c, std::span<const int32_t> tokens) {
 }  // namespace
 
 void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* logits, LogitRows rows,
-                     int64_t chunk, UndoLog* undo) {
+                     int64_t chunk, UndoLog* undo, const std::atomic<bool>* cancel) {
   const ModelConfig& c = config();
   check_tokens(c, tokens);
   if (s.position + static_cast<int64_t>(tokens.size()) > context_limit())
@@ -80,7 +80,7 @@ void Engine::forward(SessionState& s, std::span<const int32_t> tokens, float* lo
     float* out = nullptr;
     if (logits && rows == LogitRows::kAll) out = logits + begin * c.vocab_size;
     if (logits && rows == LogitRows::kLast && last) out = logits;
-    forward_chunk(BatchItem{&s, tokens.subspan(begin, len), out, rows, undo});
+    forward_chunk(BatchItem{&s, tokens.subspan(begin, len), out, rows, undo, cancel});
   }
 }
 
@@ -155,8 +155,10 @@ void Engine::run_pass(std::span<const BatchItem> items) {
   const PassPart& first = parts_.front();
   Pass p{c, options_.numerics, pool_, ws, ropes_, T, first.pos0, first.undo};
   if (parts_.size() > 1) p.parts = parts_;
+  if (items.size() == 1) p.cancel = items[0].cancel;
   embed(p, tokens);
   for (int l = 0; l < c.num_layers; ++l) {
+    p.check_cancel();
     layer_states_.clear();
     for (const PassPart& part : parts_) layer_states_.push_back(&part.session->layers[static_cast<size_t>(l)]);
     layer(p, weights_.layers[l], tokens, layer_states_.data(), *experts_);
@@ -224,6 +226,7 @@ void Engine::layer(const Pass& p, const LayerWeights& L, std::span<const int32_t
   if (const int64_t i = find_nonfinite_f32(y, p.T * D); i >= 0)
     fail("layer {}: attention produced a non-finite value (token {} of the pass)", l, i / D);
   hc_post(p, mix, y, X);
+  p.check_cancel();
 
   if (l + 1 < p.c.num_layers) guess_experts(p, l + 1, tokens, capacity < 0 ? -1 : std::max<int64_t>(0, capacity - this_layer));
   hc_pre(p, L.hc_ffn, X, mix, x);

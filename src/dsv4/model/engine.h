@@ -75,6 +75,7 @@ struct BatchItem {
   float* logits = nullptr;  // null, or [tokens, V] (kAll) / [V] (kLast)
   LogitRows rows = LogitRows::kLast;
   UndoLog* undo = nullptr;  // as forward()'s
+  const std::atomic<bool>* cancel = nullptr;  // as forward()'s
 };
 
 class Engine {
@@ -101,9 +102,12 @@ class Engine {
   // workspace holds: the workspace's max_rows). logits: null, or [tokens.size(), vocab]
   // (kAll) / [vocab] (kLast). Throws Error on a token id outside the vocabulary or a session
   // past the context limit. With `undo`, every write into the session is saved there first,
-  // so that the last positions fed can be taken back (UndoLog::rewind).
+  // so that the last positions fed can be taken back (UndoLog::rewind). When `cancel` is
+  // raised (from another thread: Ctrl-C) the pass under way stops at its next check and
+  // throws PassCancelled, the session half updated (the caller rewinds it); passes shared
+  // with other sessions under continuous batching run to their end.
   void forward(SessionState& session, std::span<const int32_t> tokens, float* logits, LogitRows rows,
-               int64_t chunk = 0, UndoLog* undo = nullptr);
+               int64_t chunk = 0, UndoLog* undo = nullptr, const std::atomic<bool>* cancel = nullptr);
 
   // One pass over several sessions' rows (each session once; at most max_rows() tokens in
   // all): the dense matmuls and the MoE run once over every row (each routed expert the rows

@@ -86,6 +86,7 @@ void Engine::forward_chunk(const BatchItem& item) {
 void Engine::forward_batched(const BatchItem& item) {
   BatchRequest request;
   request.item = item;
+  request.item.cancel = nullptr;  // a pass shared with other sessions is never abandoned for one
   request.prefill = item.tokens.size() > 1 && item.undo == nullptr;
   std::unique_lock<std::mutex> lock(batch_mutex_);
   batch_queue_.push_back(&request);

@@ -122,6 +122,7 @@ void moe(const Pass& p, const LayerWeights& L, const float* x, std::span<const i
   std::copy_n(ws.needed.data(), n_needed, pending);
   int n_pending = n_needed;
   while (n_pending > 0) {
+    p.check_cancel();
     int next = 0;  // nothing here yet: wait for the first
     for (int i = 0; i < n_pending; ++i)
       if (experts.ready(layer, pending[i])) {

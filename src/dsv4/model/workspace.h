@@ -8,7 +8,9 @@
 // borrows x, mix and the router logits between sub-blocks, when none of them is live.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <vector>
 
@@ -130,6 +132,13 @@ struct PassPart {
   UndoLog* undo = nullptr;  // when set, every write into this session is saved first
 };
 
+// Thrown out of a pass whose cancel flag was raised (Ctrl-C during a long prefill): the pass
+// stops at its next check, leaving the session half updated for the caller to rewind.
+class PassCancelled : public std::exception {
+ public:
+  const char* what() const noexcept override { return "cancelled"; }
+};
+
 // What every block of one forward pass shares: the model, the numerics, the pool, the
 // workspace and where the pass's rows sit in the sequence. A pass carries rows of one
 // session (parts empty: rows [0, T) at positions pos0..) or of several (one PassPart each);
@@ -147,6 +156,14 @@ struct Pass {
   UndoLog* undo = nullptr;  // when set, every write into the session is saved first
   std::span<const PassPart> parts = {};  // several sessions' rows (empty: one session)
   int64_t row0 = 0;   // a part's first row in the pass's buffers (see row())
+  // Raised from another thread to abandon the pass. Checked on the calling thread between a
+  // layer's blocks and between routed experts, never inside a kernel, so the pass stops
+  // within a few milliseconds of work at any chunk size.
+  const std::atomic<bool>* cancel = nullptr;
+
+  void check_cancel() const {
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw PassCancelled();
+  }
 
   // The pass's parts: 1 for a one-session pass.
   size_t n_parts() const { return parts.empty() ? 1 : parts.size(); }

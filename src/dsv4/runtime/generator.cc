@@ -127,22 +127,37 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     rewinding([&] { engine.forward(session, tokens, out, rows, chunk, undo); });
   };
   {
-    // Prefill in chunks so progress can be shown and cancellation honoured between chunks.
+    // Prefill in chunks so progress can be shown. Cancellation is honoured inside a chunk's
+    // pass (between blocks and experts), so Ctrl-C acts at once whatever the chunk; the
+    // session is rewound to where this generation started, so a kept session (chat) goes on
+    // as if the request had never come.
     const int64_t chunk = req.chunk > 0 ? std::min(req.chunk, engine.max_rows()) : engine.max_rows();
+    const int64_t to_prefill = prompt_len - st.reused_tokens;
     int64_t done = st.reused_tokens;
+    auto cancelled = [&] {
+      rewind_session(session, start_mark);
+      result.finish = FinishReason::kCancelled;
+      st.prefill_s = seconds_since(start);
+      finish_stats();
+      return result;
+    };
+    if (cb.on_prefill_progress) cb.on_prefill_progress(0, to_prefill);  // the progress clock starts here
     while (done < prompt_len) {
-      if (cb.cancel && cb.cancel->load()) {
-        result.finish = FinishReason::kCancelled;
-        st.prefill_s = seconds_since(start);
-        finish_stats();
-        return result;
-      }
+      if (cb.cancel && cb.cancel->load()) return cancelled();
       const int64_t n = std::min(chunk, prompt_len - done);
       const bool last = done + n == prompt_len;
-      feed(std::span<const int32_t>(req.prompt).subspan(done, n), last ? logits.data() : nullptr, LogitRows::kLast, n);
+      try {
+        engine.forward(session, std::span<const int32_t>(req.prompt).subspan(done, n), last ? logits.data() : nullptr,
+                       LogitRows::kLast, n, nullptr, cb.cancel);
+      } catch (const PassCancelled&) {
+        return cancelled();
+      } catch (...) {
+        rewind_session(session, start_mark);
+        throw;
+      }
       done += n;
       st.prefilled_tokens = done - st.reused_tokens;
-      if (cb.on_prefill_progress) cb.on_prefill_progress(done - st.reused_tokens, prompt_len - st.reused_tokens);
+      if (cb.on_prefill_progress) cb.on_prefill_progress(st.prefilled_tokens, to_prefill);
     }
   }
   st.prefill_s = seconds_since(start);

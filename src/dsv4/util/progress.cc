@@ -37,7 +37,7 @@ void Progress::update(int64_t done, const std::string& note) {
     last_decile_ = 0;
   } else {
     const int decile = static_cast<int>(frac * 10);
-    if (decile > last_decile_) {
+    if (decile > last_decile_ && done > 0) {  // nothing to say at 0 (the clock's start)
       fmt::print(out_, "{}: {:3d}% ({}/{} {}, {:.1f} {}/s{}{})\n", label_, decile * 10, done, total_, unit_, rate, unit_,
                  note.empty() ? "" : ", ", note);
       last_decile_ = decile;
