@@ -69,6 +69,31 @@ TEST(Sampler, RepetitionPenaltyAppliesOncePerToken) {
   EXPECT_EQ(Sampler(p).sample(close, history), 0);
 }
 
+// OpenAI's penalties: logit - count x frequency - presence, over the generated tokens only.
+TEST(Sampler, FrequencyAndPresencePenaltiesCountTheGeneratedTokens) {
+  const std::vector<float> logits = {3.0f, 2.5f, 1.0f};
+  const std::vector<int32_t> history = {0, 0, 1, 0, 0};  // prompt {0, 0}, generated {1, 0, 0}
+  SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 0.3f;  // token 0 (generated twice): 3 - 0.6 = 2.4; token 1: 2.5 - 0.3 = 2.2
+  EXPECT_EQ(Sampler(p).sample(logits, history, 2), 0);
+  p.frequency_penalty = 0.5f;  // token 0: 3 - 1.0 = 2.0; token 1: 2.5 - 0.5 = 2.0: lowest id
+  EXPECT_EQ(Sampler(p).sample(logits, history, 2), 0);
+  p.frequency_penalty = 0.6f;  // token 0: 1.8; token 1: 1.9
+  EXPECT_EQ(Sampler(p).sample(logits, history, 2), 1);
+  EXPECT_EQ(Sampler(p).sample(logits, history, 5), 0);  // nothing generated yet: no penalty
+  p.frequency_penalty = 0;
+  p.presence_penalty = 1.0f;  // once per generated token: 2.0 vs 1.5 vs 1.0
+  EXPECT_EQ(Sampler(p).sample(logits, history, 2), 0);
+  p.presence_penalty = -2.0f;  // negative: encourages what was generated; token 2 untouched
+  EXPECT_EQ(Sampler(p).sample(std::vector<float>{1.0f, 1.0f, 2.5f}, history, 2), 0);
+  p.presence_penalty = 2.5f;
+  EXPECT_THROW(p.validate(), Error);
+  p.presence_penalty = 0;
+  p.frequency_penalty = std::nanf("");
+  EXPECT_THROW(p.validate(), Error);
+}
+
 TEST(Sampler, RejectsBadParameters) {
   SamplingParams p;
   p.top_p = 0;

@@ -411,6 +411,27 @@ TEST(Server, ContextLimitIsWhatASessionHolds) {
   EXPECT_EQ(post(s, "/v1/chat/completions", user_chat("Hi", 2)).status, 200);
 }
 
+// OpenAI's penalties are taken (they were refused unless 0) and change nothing but the
+// sampling: drafting on or off gives the same answer under them.
+TEST(Server, FrequencyAndPresencePenaltiesAreAppliedAndDraftingKeepsThem) {
+  TestServer s;
+  Json plain = user_chat(kLighthouse, 24);
+  plain["ignore_eos"] = true;
+  const Reply base = post(s, "/v1/chat/completions", plain);
+  ASSERT_EQ(base.status, 200) << base.body;
+  Json penalised = plain;
+  penalised["frequency_penalty"] = 2;
+  penalised["presence_penalty"] = 2;
+  penalised["spec"] = "off";
+  const Reply off = post(s, "/v1/chat/completions", penalised);
+  ASSERT_EQ(off.status, 200) << off.body;
+  penalised["spec"] = "ngram";
+  const Reply ngram = post(s, "/v1/chat/completions", penalised);
+  ASSERT_EQ(ngram.status, 200) << ngram.body;
+  EXPECT_EQ(ngram.json["choices"][0]["message"]["content"], off.json["choices"][0]["message"]["content"]);
+  EXPECT_NE(off.json["choices"][0]["message"]["content"], base.json["choices"][0]["message"]["content"]);
+}
+
 struct BadRequest {
   std::string name;
   std::string method;
@@ -515,7 +536,8 @@ std::vector<BadRequest> bad_requests() {
       {"n = 2", "POST", chat, with("\"n\":2"), 400, "n"},
       {"top_logprobs without logprobs", "POST", chat, with("\"top_logprobs\":3"), 400, "top_logprobs"},
       {"too many top_logprobs", "POST", chat, with("\"logprobs\":true,\"top_logprobs\":21"), 400, "top_logprobs"},
-      {"frequency_penalty", "POST", chat, with("\"frequency_penalty\":0.5"), 400, "frequency_penalty"},
+      {"frequency_penalty above 2", "POST", chat, with("\"frequency_penalty\":2.5"), 400, "frequency_penalty"},
+      {"presence_penalty a string", "POST", chat, with("\"presence_penalty\":\"high\""), 400, "presence_penalty"},
       {"xml response_format", "POST", chat, with("\"response_format\":{\"type\":\"xml\"}"), 400,
        "response_format.type"},
       {"json_schema without a name", "POST", chat,

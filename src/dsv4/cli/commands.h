@@ -66,6 +66,7 @@ int generate(const GenerateOptions& o);
 // Sampling flags; unset ones come from the checkpoint's generation_config.json.
 struct SamplingOptions {
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  float frequency_penalty = 0, presence_penalty = 0;
   std::optional<int> top_k;
   std::optional<uint64_t> seed;
   int64_t max_tokens = 0;

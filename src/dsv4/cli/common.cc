@@ -131,6 +131,8 @@ SamplingParams sampling_params(const std::string& model_dir, const SamplingOptio
   if (s.top_k) p.top_k = *s.top_k;
   if (s.min_p) p.min_p = *s.min_p;
   if (s.repetition_penalty) p.repetition_penalty = *s.repetition_penalty;
+  p.frequency_penalty = s.frequency_penalty;
+  p.presence_penalty = s.presence_penalty;
   p.seed = s.seed ? *s.seed : std::random_device{}();
   p.validate();
   return p;

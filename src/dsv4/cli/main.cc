@@ -100,6 +100,8 @@ void add_sampling_options(Bindings& b, CLI::App* cmd, dsv4::cli::SamplingOptions
   b.add(cmd, "top_k", s.top_k);
   b.add(cmd, "min_p", s.min_p);
   b.add(cmd, "repetition_penalty", s.repetition_penalty);
+  b.add(cmd, "frequency_penalty", s.frequency_penalty);
+  b.add(cmd, "presence_penalty", s.presence_penalty);
   b.add(cmd, "seed", s.seed);
   b.add(cmd, "max_tokens", s.max_tokens);
   b.add(cmd, "stop", s.stop);

@@ -189,7 +189,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     if (req.logits_filter) req.logits_filter(result.tokens, row);
     if (constraint) constraint->mask(row);
     if (cb.on_logits) cb.on_logits(row);
-    const int32_t next = sampler.sample(row, history);
+    const int32_t next = sampler.sample(row, history, req.prompt.size());
     if (constraint) constraint->advance(next);
     if (req.top_logprobs >= 0)
       drawn = token_logprob(changed ? std::span<const float>(raw) : std::span<const float>(row), next,

@@ -39,6 +39,10 @@ void SamplingParams::validate() const {
   if (!std::isfinite(min_p) || min_p < 0 || min_p > 1) fail("min_p must be in [0, 1], got {}", min_p);
   if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0 || repetition_penalty > 100)
     fail("repetition_penalty must be in (0, 100], got {}", repetition_penalty);
+  if (!std::isfinite(frequency_penalty) || frequency_penalty < -2 || frequency_penalty > 2)
+    fail("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+  if (!std::isfinite(presence_penalty) || presence_penalty < -2 || presence_penalty > 2)
+    fail("presence_penalty must be in [-2, 2], got {}", presence_penalty);
 }
 
 SamplingParams sampling_defaults_from(const std::string& path) {
@@ -83,7 +87,7 @@ double Sampler::next_uniform() {
   return static_cast<double>(result >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, size_t prompt_tokens) {
   const size_t V = logits.size();
   work_.assign(logits.begin(), logits.end());
   if (params_.repetition_penalty != 1.0f) {
@@ -95,6 +99,18 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       if (id < 0 || static_cast<size_t>(id) >= V) continue;
       float& l = work_[id];
       l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    }
+  }
+  if (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) {
+    // Sorted, each run of one id is its count: c x frequency + presence, subtracted once.
+    ids_.assign(history.begin() + std::min(prompt_tokens, history.size()), history.end());
+    std::sort(ids_.begin(), ids_.end());
+    for (size_t i = 0; i < ids_.size();) {
+      size_t j = i;
+      while (j < ids_.size() && ids_[j] == ids_[i]) ++j;
+      if (ids_[i] >= 0 && static_cast<size_t>(ids_[i]) < V)
+        work_[ids_[i]] -= static_cast<float>(j - i) * params_.frequency_penalty + params_.presence_penalty;
+      i = j;
     }
   }
   if (params_.greedy()) return argmax(work_);

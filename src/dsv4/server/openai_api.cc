@@ -85,9 +85,8 @@ void parse_common(const Fields& f, const RequestDefaults& d, const RequestLimits
   if (auto k = f.integer("top_k", 0, 1 << 30)) r.sampling.top_k = static_cast<int>(*k);
   if (auto m = f.number("min_p", 0, 1)) r.sampling.min_p = static_cast<float>(*m);
   if (auto rp = f.number("repetition_penalty", 0, 100, true)) r.sampling.repetition_penalty = static_cast<float>(*rp);
-  for (const char* key : {"frequency_penalty", "presence_penalty"})
-    if (auto v = f.number(key, -2, 2); v && *v != 0)
-      unsupported(key, "only 0 is supported (use 'repetition_penalty' to discourage repetition).");
+  if (auto v = f.number("frequency_penalty", -2, 2)) r.sampling.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty", -2, 2)) r.sampling.presence_penalty = static_cast<float>(*v);
   if (auto n = f.integer("n", 1, std::numeric_limits<int64_t>::max()); n && *n != 1)
     unsupported("n", "only one choice per request (n = 1) is supported.");
   if (auto s = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))

@@ -10,7 +10,8 @@
 // Accepted request fields (anything else is ignored, as OpenAI-compatible servers commonly do):
 //   both endpoints  model (required), stream, stream_options.include_usage, max_tokens,
 //                   temperature [0, 2], top_p (0, 1], seed, stop (string or up to 4 strings),
-//                   n (1 only), frequency_penalty / presence_penalty (0 only), user;
+//                   n (1 only), frequency_penalty / presence_penalty [-2, 2] (OpenAI's: over the
+//                   tokens generated so far), user;
 //                   extensions: top_k, min_p, repetition_penalty, ignore_eos (keep generating
 //                   past the end-of-sentence token, as vLLM's extension: benchmarks, tests),
 //                   spec (off | auto | ngram) and draft_max [1, 16]: speculative decoding
