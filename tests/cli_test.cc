@@ -224,7 +224,7 @@ TEST(CliRun, CtrlCDuringOneLongPrefillChunkActsAtOnce) {
                                        "using the built-in demo model", std::chrono::milliseconds(500));
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_NE(r.err.find("cancelled after 0 of 12,60"), std::string::npos) << r.err;
-  EXPECT_LT(r.signal_to_exit_s, 2.0) << r.err;
+  EXPECT_LT(r.signal_to_exit_s, 5.0) << r.err;  // 0.01-0.3 s in release here; generous for sanitizers
 }
 
 // The prefill progress line's rate is the prefill's own (its clock starts with the prefill,
