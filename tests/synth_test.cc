@@ -42,7 +42,6 @@ SynthOptions small(const std::string& out) {
   o.index_head_dim = 32;
   o.index_topk = 8;
   o.sliding_window = 16;
-  o.shard_bytes = 1 << 20;  // several shards, experts split across them
   o.drop_page_cache = false;
   return o;
 }
@@ -100,8 +99,8 @@ TEST(Synth, ValidDeterministicAndRunnable) {
   synthesize(other);
   const auto a = files_of(tmp / "a"), b = files_of(tmp / "b"), c = files_of(tmp / "c");
   EXPECT_EQ(a, b);
-  EXPECT_GE(a.size(), 5u);  // config, generation config, index, >= 2 shards
-  EXPECT_NE(a.at("model-00001-of-00003.safetensors"), c.at("model-00001-of-00003.safetensors"));
+  EXPECT_EQ(a.size(), 8u);  // config, generation config, index, 5 shards (embed, 3 layers, head)
+  EXPECT_NE(a.at("model-00002-of-00005.safetensors"), c.at("model-00002-of-00005.safetensors"));
   EXPECT_EQ(a.at("config.json"), c.at("config.json"));
 
   Checkpoint ck = Checkpoint::open(tmp / "a");  // schema, index and shards validated
