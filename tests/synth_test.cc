@@ -237,6 +237,12 @@ TEST(Bench, ModelJsonFields) {
   EXPECT_LE(j["hit_rate"].get<double>(), 1.0);
   EXPECT_GT(j["ssd_gbps_measured"].get<double>(), 0.0);
   EXPECT_GT(j["bytes_read_per_token"].get<double>(), 0.0);
+  // The layout found and the ranges (and requests) an expert took: the fixture's order is
+  // neither official nor contiguous; its experts are one range each but for one split one.
+  EXPECT_EQ(j["details"]["tensor_order"], "other");
+  EXPECT_GE(j["details"]["prefill_ranges_per_expert"].get<double>(), 1.0);
+  EXPECT_GE(j["details"]["prefill_requests_per_expert"].get<double>(),
+            j["details"]["prefill_ranges_per_expert"].get<double>());
   // Effective prefill FLOP/s: 2 x (parameters multiplied per token x tokens + head) / TTFT,
   // against the FMA peak measured in the same run.
   EXPECT_GT(j["fma_gflops"].get<double>(), 0.0);

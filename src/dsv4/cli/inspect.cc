@@ -118,10 +118,7 @@ struct LayoutFound {
 
 LayoutFound find_layout(const Checkpoint& ck) {
   LayoutFound f;
-  for (const auto& s : ck.shards()) {
-    const std::string order = shard_tensor_order(*s, ck.config());
-    f.order = f.order.empty() || f.order == order ? order : "mixed";
-  }
+  f.order = checkpoint_tensor_order(ck);
   f.experts = census_expert_ranges(ck);
   return f;
 }

@@ -55,6 +55,7 @@ ExpertLayout::ExpertLayout(const Checkpoint& ck) {
         i = j;
       }
       p.slot_bytes = slot_end;
+      max_windows_ = std::max(max_windows_, static_cast<int>(p.windows.size()));
       p.payload_bytes = loc.total_bytes();
       slot_bytes_ = std::max(slot_bytes_, slot_end);
       uint64_t rounded = 0;

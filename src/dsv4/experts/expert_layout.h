@@ -45,12 +45,15 @@ class ExpertLayout {
   uint64_t slot_bytes() const { return slot_bytes_; }
   // Bytes the resident provider holds per expert (payload rounded per part).
   uint64_t max_payload_bytes() const { return max_payload_; }
+  // The most windows any expert is read in (1 contiguous, 2 official, more where one straddles).
+  int max_windows() const { return max_windows_; }
 
  private:
   int n_layers_ = 0, n_experts_ = 0;
   std::vector<std::string> shard_paths_;
   std::vector<ExpertReadPlan> plans_;
   uint64_t slot_bytes_ = 0, max_payload_ = 0;
+  int max_windows_ = 1;
 };
 
 // How the main layers' routed experts lie in the files: how many byte ranges each expert's

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "dsv4/io/checkpoint.h"
 #include "dsv4/io/config.h"
 #include "dsv4/io/safetensors.h"
 #include "dsv4/io/schema.h"
@@ -96,6 +97,15 @@ const char* shard_tensor_order(const SafetensorsFile& shard, const ModelConfig& 
     contiguous = contiguous && (ra < rb || (ra == rb && a->name < b->name));
   }
   return official ? "official" : contiguous ? "contiguous" : "other";
+}
+
+std::string checkpoint_tensor_order(const Checkpoint& ck) {
+  std::string order;
+  for (const auto& s : ck.shards()) {
+    const std::string mine = shard_tensor_order(*s, ck.config());
+    order = order.empty() || order == mine ? mine : "mixed";
+  }
+  return order;
 }
 
 int official_shard_of(const std::string& name, int num_layers) {

@@ -16,6 +16,7 @@
 namespace dsv4 {
 
 struct ModelConfig;
+class Checkpoint;
 class SafetensorsFile;
 
 enum class TensorLayout : uint8_t { kOfficial, kContiguous };
@@ -34,6 +35,8 @@ void sort_module_order(std::vector<TensorDecl>& tensors, const ModelConfig& c);
 
 // The order a shard's tensors are in, by offset: "official", "contiguous", or "other" (neither).
 const char* shard_tensor_order(const SafetensorsFile& shard, const ModelConfig& c);
+// The checkpoint's: its shards' order when they all agree, else "mixed".
+std::string checkpoint_tensor_order(const Checkpoint& ck);
 
 // The official index's shard of a tensor, 0-based, for a model of `num_layers` main layers:
 // layers.L.* in shard L + 1 and each MTP layer (mtp.i.*) in a shard of its own at the end, as
