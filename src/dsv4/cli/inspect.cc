@@ -132,8 +132,8 @@ std::string describe_layout(const LayoutFound& f) {
   for (const auto& [n, experts] : f.experts.experts_by_ranges)
     ranges += fmt::format("{}{} range{} per expert ({} expert{})", ranges.empty() ? "" : ", ", n, n == 1 ? "" : "s",
                           experts, experts == 1 ? "" : "s");
-  return fmt::format("{}; {}; {} expert{} straddle two shards", order, ranges, f.experts.straddling,
-                     f.experts.straddling == 1 ? "" : "s");
+  return fmt::format("{}; {}; {} {} two shards", order, ranges, f.experts.straddling,
+                     f.experts.straddling == 1 ? "expert straddles" : "experts straddle");
 }
 
 }  // namespace
