@@ -42,7 +42,6 @@ SynthOptions small(const std::string& out) {
   o.index_head_dim = 32;
   o.index_topk = 8;
   o.sliding_window = 16;
-  o.shard_bytes = 1 << 20;  // several shards, experts split across them
   o.drop_page_cache = false;
   return o;
 }
@@ -100,8 +99,8 @@ TEST(Synth, ValidDeterministicAndRunnable) {
   synthesize(other);
   const auto a = files_of(tmp / "a"), b = files_of(tmp / "b"), c = files_of(tmp / "c");
   EXPECT_EQ(a, b);
-  EXPECT_GE(a.size(), 5u);  // config, generation config, index, >= 2 shards
-  EXPECT_NE(a.at("model-00001-of-00003.safetensors"), c.at("model-00001-of-00003.safetensors"));
+  EXPECT_EQ(a.size(), 8u);  // config, generation config, index, 5 shards (embed, 3 layers, head)
+  EXPECT_NE(a.at("model-00002-of-00005.safetensors"), c.at("model-00002-of-00005.safetensors"));
   EXPECT_EQ(a.at("config.json"), c.at("config.json"));
 
   Checkpoint ck = Checkpoint::open(tmp / "a");  // schema, index and shards validated
@@ -238,6 +237,12 @@ TEST(Bench, ModelJsonFields) {
   EXPECT_LE(j["hit_rate"].get<double>(), 1.0);
   EXPECT_GT(j["ssd_gbps_measured"].get<double>(), 0.0);
   EXPECT_GT(j["bytes_read_per_token"].get<double>(), 0.0);
+  // The layout found and the ranges (and requests) an expert took: the fixture's order is
+  // neither official nor contiguous; its experts are one range each but for one split one.
+  EXPECT_EQ(j["details"]["tensor_order"], "other");
+  EXPECT_GE(j["details"]["prefill_ranges_per_expert"].get<double>(), 1.0);
+  EXPECT_GE(j["details"]["prefill_requests_per_expert"].get<double>(),
+            j["details"]["prefill_ranges_per_expert"].get<double>());
   // Effective prefill FLOP/s: 2 x (parameters multiplied per token x tokens + head) / TTFT,
   // against the FMA peak measured in the same run.
   EXPECT_GT(j["fma_gflops"].get<double>(), 0.0);

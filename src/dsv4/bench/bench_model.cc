@@ -15,6 +15,7 @@
 #include "dsv4/bench/machine_limits.h"
 #include "dsv4/bench/ssd_probe.h"
 #include "dsv4/cli/common.h"
+#include "dsv4/io/tensor_order.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/generator.h"
 #include "dsv4/util/error.h"
@@ -343,6 +344,7 @@ int bench_model(const BenchModelOptions& o) {
   std::vector<std::string> shard_paths;
   for (const auto& s : probe_ck.shards()) shard_paths.push_back(s->path());
   const int64_t V = probe_ck.config().vocab_size;
+  const std::string tensor_order = checkpoint_tensor_order(probe_ck);  // official | contiguous | other | mixed
   const IoBackend backend = parse_io_backend(o.model.io);
   WorkloadShape workload;
   workload.context_tokens = prompt_len + o.gen_tokens;
@@ -507,8 +509,12 @@ int bench_model(const BenchModelOptions& o) {
     d["total_experts"] = plan.total_experts;
     d["lookahead"] = o.lookahead;
     d["early_hash_reads"] = o.early_hash_reads;
+    d["tensor_order"] = tensor_order;
+    d["ranges_per_expert"] = decode.ranges_per_read();
+    d["prefill_ranges_per_expert"] = prefill.ranges_per_read();
+    d["prefill_requests_per_expert"] = prefill.requests_per_read();
     d["read_requests_per_expert"] = decode.requests_per_read();
-    d["layout_requests_per_expert"] = decode.reads ? double(decode.read_windows) / double(decode.reads) : 0.0;
+    d["layout_requests_per_expert"] = decode.ranges_per_read();
     d["pieces_per_expert"] = decode.reads ? double(decode.read_pieces) / double(decode.reads) : 0.0;
     d["decode_s_per_token_median"] = median(step_s);
     d["decode_step_s"] = step_s;
@@ -572,10 +578,10 @@ int bench_model(const BenchModelOptions& o) {
     }
     fmt::print("{}\n", line);
   }
-  fmt::print("reads        {:.2f} read requests per expert (the shard layout allows {:.2f}; {:.2f} pieces over {} "
-             "folder{}), {} retried, {} failed\n",
-             decode.requests_per_read(), decode.reads ? double(decode.read_windows) / double(decode.reads) : 0.0,
-             decode.reads ? double(decode.read_pieces) / double(decode.reads) : 0.0,
+  fmt::print("reads        {:.2f} read requests per expert (prefill {:.2f}); the {} layout reads an expert in {:.2f} "
+             "ranges (prefill {:.2f}; {:.2f} pieces over {} folder{}), {} retried, {} failed\n",
+             decode.requests_per_read(), prefill.requests_per_read(), tensor_order, decode.ranges_per_read(),
+             prefill.ranges_per_read(), decode.reads ? double(decode.read_pieces) / double(decode.reads) : 0.0,
              std::max<size_t>(1, decode.folder_bytes.size()), decode.folder_bytes.size() > 1 ? "s" : "",
              decode.read_retries, decode.read_failures);
   fmt::print("i/o bound    {:.3f} s/token (bytes read / SSD bandwidth); decode / i/o bound = {:.2f}\n", io_bound_s,

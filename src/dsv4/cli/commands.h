@@ -129,9 +129,18 @@ struct SynthCliOptions {
   SynthOptions options;
   std::string preset;  // flash | pro
   std::vector<int64_t> compress_ratios;  // --compress-ratios (empty: the preset's schedule)
+  std::string layout;  // official | contiguous
   bool demo = false;
   bool quiet = false;
 };
 int synth(const SynthCliOptions& o);
+
+// dsv4 relayout SRC DST: a copy of a checkpoint in the other byte layout (io/relayout.h).
+struct RelayoutOptions {
+  std::string src, dst;
+  std::string layout;  // official | contiguous
+  bool quiet = false;
+};
+int relayout(const RelayoutOptions& o);
 
 }  // namespace dsv4::cli

@@ -9,8 +9,10 @@
 #include <regex>
 
 #include "dsv4/cli/commands.h"
+#include "dsv4/experts/expert_layout.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
+#include "dsv4/io/tensor_order.h"
 #include "dsv4/io/value_check.h"
 #include "dsv4/util/file.h"
 #include "dsv4/util/progress.h"
@@ -108,6 +110,32 @@ std::vector<std::string> deep_check(const Checkpoint& ck) {
   return problems;
 }
 
+// The byte layout: every shard's tensor order (one name when they agree) and the experts' ranges.
+struct LayoutFound {
+  std::string order;  // official | contiguous | other | mixed
+  ExpertRangeCensus experts;
+};
+
+LayoutFound find_layout(const Checkpoint& ck) {
+  LayoutFound f;
+  f.order = checkpoint_tensor_order(ck);
+  f.experts = census_expert_ranges(ck);
+  return f;
+}
+
+std::string describe_layout(const LayoutFound& f) {
+  std::string order = f.order;
+  if (f.order == "official") order += " (each shard's tensors grouped by dtype, sorted by name)";
+  if (f.order == "contiguous") order += " (module order, each weight beside its scale)";
+  if (f.order == "mixed") order += " (shards in different orders)";
+  std::string ranges;
+  for (const auto& [n, experts] : f.experts.experts_by_ranges)
+    ranges += fmt::format("{}{} range{} per expert ({} expert{})", ranges.empty() ? "" : ", ", n, n == 1 ? "" : "s",
+                          experts, experts == 1 ? "" : "s");
+  return fmt::format("{}; {}; {} {} two shards", order, ranges, f.experts.straddling,
+                     f.experts.straddling == 1 ? "expert straddles" : "experts straddle");
+}
+
 }  // namespace
 
 int inspect(const InspectOptions& o) {
@@ -163,6 +191,12 @@ int inspect(const InspectOptions& o) {
     nlohmann::json shards = nlohmann::json::array();
     for (const auto& s : ck.shards()) shards.push_back({{"path", s->path()}, {"bytes", s->size()}, {"tensors", s->tensors().size()}});
     j["shards"] = shards;
+    const LayoutFound layout = find_layout(ck);
+    nlohmann::json by_ranges = nlohmann::json::object();
+    for (const auto& [n, experts] : layout.experts.experts_by_ranges) by_ranges[std::to_string(n)] = experts;
+    j["layout"] = {{"tensor_order", layout.order},
+                   {"experts_by_ranges", by_ranges},
+                   {"straddling_experts", layout.experts.straddling}};
     int code = 0;
     if (o.deep) {
       const std::vector<std::string> problems = deep_check(ck);
@@ -212,6 +246,7 @@ int inspect(const InspectOptions& o) {
     for (const auto& [g, n] : groups) list += (list.empty() ? "" : ", ") + g;
     fmt::print("unused      {} tensors ({}) not loaded: {}\n", unused.size(), human(unused_bytes), list);
   }
+  fmt::print("layout      {}\n", describe_layout(find_layout(ck)));
   fmt::print("shards      {}\n", ck.shards().size());
   for (const auto& s : ck.shards()) fmt::print("  {} ({} tensors, {})\n", s->path(), s->tensors().size(), human(s->size()));
   if (!o.deep) return 0;

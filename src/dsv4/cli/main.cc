@@ -125,6 +125,7 @@ struct Commands {
   dsv4::cli::GenerateOptions generate;
   dsv4::cli::TokenizeOptions tokenize;
   dsv4::cli::SynthCliOptions synth;
+  dsv4::cli::RelayoutOptions relayout;
   dsv4::cli::BenchModelOptions bench;
   dsv4::cli::BenchKernelsOptions bench_kernels;
   std::string kernels_path;  // DSV4_KERNELS
@@ -254,10 +255,20 @@ void register_synth(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "synth_hash_layers", s.hash_layers);
   b.add(cmd, "synth_mtp", s.mtp_layers);
   b.add(cmd, "synth_compress_ratios", c.synth.compress_ratios);
+  b.add(cmd, "synth_layout", c.synth.layout);
   b.add(cmd, "synth_shard_size", s.shard_bytes);
   b.add(cmd, "synth_seed", s.seed);
   b.add(cmd, "synth_quiet", c.synth.quiet);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::synth(c.synth); }});
+}
+
+void register_relayout(CLI::App& app, Bindings& b, Commands& c) {
+  auto* cmd = app.add_subcommand("relayout", "copy a checkpoint into the official or the contiguous byte layout");
+  b.add(cmd, "relayout_src", c.relayout.src)->required();
+  b.add(cmd, "relayout_dst", c.relayout.dst)->required();
+  b.add(cmd, "relayout_layout", c.relayout.layout);
+  b.add(cmd, "relayout_quiet", c.relayout.quiet);
+  c.entries.push_back({cmd, [&c] { return dsv4::cli::relayout(c.relayout); }});
 }
 
 // dsv4 bench -m DIR: the model under a RAM budget; dsv4 bench kernels: the matmul kernels.
@@ -369,6 +380,7 @@ int main(int argc, char** argv) {
   register_tokenize(app, bindings, c);
   register_settings(app, c);
   register_synth(app, bindings, c);
+  register_relayout(app, bindings, c);
   register_bench(app, bindings, c);
   // The kernel path is process-wide: every command binds its variable.
   for (CLI::App* cmd : app.get_subcommands([](CLI::App*) { return true; })) bindings.add(cmd, "kernels", c.kernels_path);

@@ -55,6 +55,7 @@ ExpertLayout::ExpertLayout(const Checkpoint& ck) {
         i = j;
       }
       p.slot_bytes = slot_end;
+      max_windows_ = std::max(max_windows_, static_cast<int>(p.windows.size()));
       p.payload_bytes = loc.total_bytes();
       slot_bytes_ = std::max(slot_bytes_, slot_end);
       uint64_t rounded = 0;
@@ -62,6 +63,32 @@ ExpertLayout::ExpertLayout(const Checkpoint& ck) {
       max_payload_ = std::max(max_payload_, rounded);
     }
   }
+}
+
+ExpertRangeCensus census_expert_ranges(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config();
+  ExpertRangeCensus census;
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      const ExpertLocation loc = locate_expert(ck, l, e);
+      std::vector<const ExpertLocation::Part*> parts;
+      for (const auto& p : loc.parts) parts.push_back(&p);
+      std::sort(parts.begin(), parts.end(), [](auto* a, auto* b) {
+        return a->shard != b->shard ? std::less<>()(a->shard, b->shard) : a->offset < b->offset;
+      });
+      int ranges = 1;
+      bool straddles = false;
+      for (size_t i = 1; i < parts.size(); ++i) {
+        if (parts[i]->shard != parts[i - 1]->shard) straddles = true;
+        if (parts[i]->shard != parts[i - 1]->shard || parts[i]->offset != parts[i - 1]->offset + parts[i - 1]->bytes)
+          ++ranges;
+      }
+      ++census.experts_by_ranges[ranges];
+      census.straddling += straddles;
+      ++census.experts;
+    }
+  }
+  return census;
 }
 
 }  // namespace dsv4

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,13 +45,26 @@ class ExpertLayout {
   uint64_t slot_bytes() const { return slot_bytes_; }
   // Bytes the resident provider holds per expert (payload rounded per part).
   uint64_t max_payload_bytes() const { return max_payload_; }
+  // The most windows any expert is read in (1 contiguous, 2 official, more where one straddles).
+  int max_windows() const { return max_windows_; }
 
  private:
   int n_layers_ = 0, n_experts_ = 0;
   std::vector<std::string> shard_paths_;
   std::vector<ExpertReadPlan> plans_;
   uint64_t slot_bytes_ = 0, max_payload_ = 0;
+  int max_windows_ = 1;
 };
+
+// How the main layers' routed experts lie in the files: how many byte ranges each expert's
+// six parts form (parts that touch are one range; 1 in the contiguous layout, 2 in the
+// official one: weights, then scales) and how many experts have parts in two shards.
+struct ExpertRangeCensus {
+  std::map<int, int64_t> experts_by_ranges;  // ranges -> experts with that many
+  int64_t straddling = 0;
+  int64_t experts = 0;
+};
+ExpertRangeCensus census_expert_ranges(const Checkpoint& ck);
 
 // Parts of one shard closer than this are read in one window (reading the gap is cheaper
 // than a second request).

@@ -52,6 +52,7 @@ struct ExpertStats {
 
   double hit_rate() const { return requests ? double(hits) / double(requests) : 0.0; }
   double requests_per_read() const { return reads ? double(read_requests) / double(reads) : 0.0; }
+  double ranges_per_read() const { return reads ? double(read_windows) / double(reads) : 0.0; }
   double read_gbps() const { return read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0; }
   ExpertStats operator-(const ExpertStats& earlier) const;
 };

@@ -164,7 +164,7 @@ ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options
     queue_ = make_uring_read_queue(options_.queue_depth, done, options_.faults);
   if (!queue_) {
     if (options_.backend == IoBackend::kUring) fail("expert store: io_uring is not available here");
-    queue_ = make_thread_read_queue(options_.queue_depth, done, options_.faults);
+    queue_ = make_thread_read_queue(pread_workers(options_.queue_depth), done, options_.faults);
   }
 
   if (!options_.read_shares.empty()) {
@@ -181,6 +181,14 @@ ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options
   }
   if (!(total > 0)) fail("--read-shares: the shares add up to zero");
   for (double& s : shares_) s /= total;
+}
+
+int ExpertStore::pread_workers(int experts) const {
+  // A pread worker serves one request at a time: enough of them for `experts` experts with
+  // every request in flight at once (each window, and each folder's piece of it), as io_uring
+  // has them. In the official layout an expert is two windows (weights, then scales).
+  const int requests_per_expert = layout_.max_windows() * files_->folder_count();
+  return std::min(64, experts * requests_per_expert);
 }
 
 ExpertStore::~ExpertStore() {
@@ -208,7 +216,7 @@ std::vector<double> ExpertStore::measure_shares() {
     };
     std::unique_ptr<ReadQueue> q;
     if (options_.backend != IoBackend::kThreads) q = make_uring_read_queue(depth, done, options_.faults);
-    if (!q) q = make_thread_read_queue(depth, done, options_.faults);
+    if (!q) q = make_thread_read_queue(pread_workers(depth), done, options_.faults);
     const double t0 = now_seconds();
     for (int i = 0; i < n; ++i) {
       // Experts spread over the layers and ids, each whole from this folder's copies.

@@ -167,6 +167,7 @@ class ExpertStore final : public ExpertProvider {
   void note_buffered(const std::string& path);
   std::string expert_name(int32_t key) const;
   std::vector<double> measure_shares();
+  int pread_workers(int experts) const;  // the thread queue's workers for `experts` reads in flight
 
   ExpertStoreOptions options_;
   ExpertLayout layout_;

@@ -226,9 +226,19 @@ std::vector<Setting> make_table() {
       ints("synth_compress_ratios", "--compress-ratios", {}, 0, 128,
            "synth: each main layer's compress ratio, comma-separated (0 sliding only, 4 CSA, 128 HCA; default: "
            "the real schedule's proportions)"),
-      size("synth_shard_size", "--shard-size", "", uint64_t{4} << 30, "synth: bytes per shard (approximate)"),
+      choice("synth_layout", "--layout", "", "official", {"official", "contiguous"},
+             "synth: byte layout: official (the hub's: one shard per layer, tensors grouped by dtype and sorted by "
+             "name, an expert's weights and its scales two runs) or contiguous (module order, each expert one run)"),
+      size("synth_shard_size", "--shard-size", "", uint64_t{4} << 30,
+           "synth --layout contiguous: bytes per shard (approximate)"),
       seed("synth_seed", "--seed", "", 1, "synth: random seed"),
       flag_bool("synth_quiet", "--quiet", "", false, "synth: no progress on stderr"),
+      path("relayout_src", "src", "", "relayout: checkpoint directory to copy (positional)"),
+      path("relayout_dst", "dst", "", "relayout: directory for the re-laid copy (positional)"),
+      choice("relayout_layout", "--layout", "", "official", {"official", "contiguous"},
+             "relayout: byte layout of the copy: official (tensors grouped by dtype, sorted by name) or contiguous "
+             "(module order); shards and tensor bytes unchanged"),
+      flag_bool("relayout_quiet", "--quiet", "", false, "relayout: no progress on stderr"),
       integer("bench_prompt_tokens", "--prompt-tokens", "", 64, 1, 1 << 24, "bench: prompt length"),
       integer("bench_gen_tokens", "--gen-tokens", "", 16, 1, 1 << 24, "bench: tokens to decode"),
       seed("bench_seed", "--seed", "", 1, "bench: seed of the random prompt"),

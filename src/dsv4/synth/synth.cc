@@ -251,6 +251,36 @@ void write_tensor(SafetensorsWriter& w, const TensorPlan& p, const ModelConfig& 
   }
 }
 
+// The official index's sharding, each shard's tensors in the safetensors library's order.
+std::vector<std::vector<size_t>> official_shards(const std::vector<TensorPlan>& plans, const ModelConfig& c) {
+  std::map<int, std::vector<size_t>> by_shard;
+  for (size_t i = 0; i < plans.size(); ++i) by_shard[official_shard_of(plans[i].decl.name, c.num_layers)].push_back(i);
+  std::vector<std::vector<size_t>> shards;
+  for (auto& [index, members] : by_shard) {
+    std::stable_sort(members.begin(), members.end(), [&](size_t a, size_t b) {
+      return safetensors_before(plans[a].decl.dtype, plans[a].decl.name, plans[b].decl.dtype, plans[b].decl.name);
+    });
+    shards.push_back(std::move(members));
+  }
+  return shards;
+}
+
+// Module (schema) order, a new shard when the next tensor would overflow `shard_bytes`.
+std::vector<std::vector<size_t>> sized_shards(const std::vector<TensorPlan>& plans, uint64_t shard_bytes) {
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t shard_size = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const uint64_t b = plans[i].decl.bytes();
+    if (shard_size > 0 && shard_size + b > shard_bytes) {
+      shards.emplace_back();
+      shard_size = 0;
+    }
+    shards.back().push_back(i);
+    shard_size += b;
+  }
+  return shards;
+}
+
 void write_text(const std::string& path, const std::string& text) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) fail("{}: cannot create", path);
@@ -428,20 +458,11 @@ void synthesize(const SynthOptions& o, const SynthProgress& progress) {
   const ModelConfig c = ModelConfig::from_json(config_text, o.out + "/config.json");
   make_dirs(o.out);
 
-  std::vector<TensorPlan> plans = plan_tensors(c);
-  // Shards: tensors in schema order, a new shard when the next tensor would overflow.
-  std::vector<std::vector<size_t>> shards(1);
-  uint64_t shard_size = 0, total = 0;
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const uint64_t b = plans[i].decl.bytes();
-    if (shard_size > 0 && shard_size + b > o.shard_bytes) {
-      shards.emplace_back();
-      shard_size = 0;
-    }
-    shards.back().push_back(i);
-    shard_size += b;
-    total += b;
-  }
+  const std::vector<TensorPlan> plans = plan_tensors(c);
+  const std::vector<std::vector<size_t>> shards =
+      o.layout == TensorLayout::kOfficial ? official_shards(plans, c) : sized_shards(plans, o.shard_bytes);
+  uint64_t total = 0;
+  for (const TensorPlan& p : plans) total += p.decl.bytes();
   std::map<std::string, std::string> weight_map;
   uint64_t done = 0;
   for (size_t s = 0; s < shards.size(); ++s) {

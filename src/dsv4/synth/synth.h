@@ -6,13 +6,16 @@
 // the expert count and a few widths) shrink. Codes and scales are random but valid: FP8
 // codes never NaN, E8M0 scales sized so every linear keeps unit-RMS activations unit-RMS,
 // which keeps the forward pass finite and sane through any number of layers.
-// The same options (seed included) give byte-identical files.
+// The same options (seed included) give byte-identical files; a tensor's bytes depend on its
+// name and the seed only, so both layouts hold the same tensors with the same bytes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "dsv4/io/tensor_order.h"
 
 namespace dsv4 {
 
@@ -43,6 +46,9 @@ struct SynthOptions {
   int hash_layers = -1;  // -1: the real 3 of 43, scaled to `layers` (at least 1 when layers >= 2)
   std::vector<int> compress_ratios;  // empty: the real schedule's proportions (see synth.cc)
   int mtp_layers = 0;    // the real checkpoint has 1; its experts are never used by the forward pass
+  // official: the hub's byte layout and sharding (tensor_order.h; shard_bytes unused);
+  // contiguous: module order, a new shard when the next tensor would pass shard_bytes.
+  TensorLayout layout = TensorLayout::kOfficial;
   uint64_t shard_bytes = 4ull << 30;
   uint64_t seed = 1;
   bool tokenizer = false;  // also write tokenizer.json + tokenizer_config.json (needs vocab >= 256 + 16 + merges)
