@@ -222,6 +222,79 @@ TEST(JsonSchema, RefusalsNameTheKeywordAndItsPath) {
                                       "type": "integer", "$comment": "c", "deprecated": false, "uniqueItems": false})"));
 }
 
+// Issue 47 item 1: keywords that are no assertion are annotations (ignored, as the
+// specification says), assertions it cannot enforce are refused naming keyword and path, or
+// dropped and listed when the schema is not strict.
+TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
+  const Grammar g = content_grammar(R"({"type": "object", "id": "urn:x", "self": {"vendor": "k8s"}, "readonly": true,
+      "x-kubernetes-preserve-unknown-fields": true, "markdownDescription": "**m**", "desciption": "typo",
+      "properties": {"a": {"type": "string", "x-order": 1, "$anchor": "a"}}, "required": ["a"],
+      "additionalProperties": false, "then": {"minimum": 1}, "additionalItems": false})");
+  EXPECT_TRUE(accepts(g, R"({"a":"x"})"));
+  EXPECT_FALSE(accepts(g, R"({})"));
+  // Beside $ref, enum or anyOf they do not count either.
+  EXPECT_NO_THROW(content_grammar(R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "x-note": 1})"));
+  EXPECT_NO_THROW(content_grammar(R"({"enum": [1, 2], "markdownEnumDescriptions": ["a", "b"]})"));
+  // A forced tool call's parameters: the same rule at their top.
+  const Json params = Json::parse(R"({"type": "object", "x-go-type": "T", "$schema": "s",
+                                      "properties": {"q": {"type": "string"}}})");
+  AnswerFormat f;
+  f.calls_required = true;
+  f.tools = {{"search", &params, "tools[0].function.parameters"}};
+  EXPECT_NO_THROW(build_answer_grammar(f));
+}
+
+TEST(JsonSchema, UnsupportedAssertionsAreRefusedOrDropped) {
+  for (const std::string& keyword : unsupported_keywords()) {
+    Json schema = Json::parse(R"({"type": "object", "properties": {"a": {"type": "string"}}})");
+    schema["properties"]["a"][keyword] = keyword == "additionalItems" ? Json(false) : Json(1);
+    if (keyword == "additionalItems") schema["properties"]["a"]["items"] = Json::array({true});
+    if (keyword == "then" || keyword == "else") schema["properties"]["a"]["if"] = true;
+    if (keyword == "minContains" || keyword == "maxContains") schema["properties"]["a"]["contains"] = true;
+    try {
+      content_grammar(schema);
+      ADD_FAILURE() << keyword << " accepted";
+    } catch (const SchemaError& e) {
+      EXPECT_NE(std::string(e.what()).find(keyword), std::string::npos) << e.what();
+      EXPECT_NE(e.param().find("schema.properties.a."), std::string::npos) << e.param();
+    }
+  }
+  // Not strict: dropped, listed, and the rest still holds.
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^a",
+      "format": "uuid"}, "n": {"type": "integer", "minimum": 1}, "t": {"type": "array", "items": [{"type": "string"}]}},
+      "required": ["id", "n"], "additionalProperties": false, "oneOf": [{"required": ["id"]}]})");
+  AnswerFormat f;
+  f.content_schema = &schema;
+  f.content_where = "schema";
+  f.content_strict = false;
+  std::vector<std::string> dropped;
+  const Grammar g = build_answer_grammar(f, {}, &dropped);
+  EXPECT_EQ(dropped, (std::vector<std::string>{"schema.oneOf", "schema.properties.id.pattern", "schema.properties.id.format",
+                                              "schema.properties.n.minimum", "schema.properties.t.items"}));
+  EXPECT_TRUE(accepts(g, R"({"id":"zz","n":0,"t":[1]})"));
+  EXPECT_FALSE(accepts(g, R"({"id":"zz"})"));
+  EXPECT_FALSE(accepts(g, R"({"id":1,"n":0})"));
+  // Strict (the default), the first one is refused with its place.
+  f.content_strict = true;
+  try {
+    build_answer_grammar(f);
+    ADD_FAILURE() << "accepted";
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.param(), "schema.oneOf");
+  }
+  // A tool's parameters that are not strict.
+  const Json params = Json::parse(R"({"type": "object", "minProperties": 1, "properties": {"q": {"type": "string",
+                                      "pattern": "x"}}, "required": ["q"]})");
+  AnswerFormat t;
+  t.calls_required = true;
+  t.tools = {{"search", &params, "tools[0].function.parameters", false}};
+  build_answer_grammar(t, {}, &dropped);
+  EXPECT_EQ(dropped, (std::vector<std::string>{"tools[0].function.parameters.minProperties",
+                                              "tools[0].function.parameters.properties.q.pattern"}));
+  t.tools[0].strict = true;
+  EXPECT_THROW(build_answer_grammar(t), SchemaError);
+}
+
 TEST(JsonSchema, HostileSchemasAreRefusedOrBounded) {
   // Cycles of bare references read nothing and would never end.
   EXPECT_EQ(refusal(R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},

@@ -154,6 +154,64 @@ TEST(Server, ThinkingAnswersComeAsReasoningContent) {
   EXPECT_EQ(msg["content"], "");
 }
 
+// Issue 47 item 1 through the server: unknown keywords are annotations (200), unsupported
+// assertions a 400 naming keyword and path, or with "strict": false dropped and listed in
+// X-DSV4-Schema-Warnings (OpenAI response_format and function tools, Anthropic tools).
+TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
+  TestServer s;
+  const Json annotated = Json::parse(R"({"type": "object", "id": "x", "x-kubernetes-list-type": "map",
+      "markdownDescription": "m", "readonly": true, "properties": {"a": {"type": "boolean", "x-order": 2}},
+      "required": ["a"], "additionalProperties": false})");
+  Json body = user_chat("Any", 40);
+  body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "a"}, {"schema", annotated}}}};
+  Reply ok = post(s, "/v1/chat/completions", body);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_FALSE(ok.headers.count("X-DSV4-Schema-Warnings"));
+
+  const Json asserted = Json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"},
+      "n": {"type": "integer", "minimum": 0}}, "required": ["a", "n"], "additionalProperties": false})");
+  body["response_format"]["json_schema"]["schema"] = asserted;
+  Reply refused = post(s, "/v1/chat/completions", body);
+  ASSERT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.json["error"]["param"], "response_format.json_schema.schema.properties.a.pattern");
+  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("pattern"), std::string::npos);
+
+  for (bool stream : {false, true}) {
+    body["response_format"]["json_schema"]["strict"] = false;
+    body["stream"] = stream;
+    Reply lenient = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(lenient.status, 200) << lenient.body;
+    ASSERT_TRUE(lenient.headers.count("X-DSV4-Schema-Warnings"));
+    EXPECT_EQ(lenient.headers.find("X-DSV4-Schema-Warnings")->second,
+              "dropped unsupported keywords: response_format.json_schema.schema.properties.a.pattern; "
+              "response_format.json_schema.schema.properties.n.minimum");
+  }
+
+  Json tool_call = user_chat("Call it", 60);
+  tool_call["tools"] = Json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", asserted}}}}});
+  tool_call["tool_choice"] = "required";
+  Reply tool_refused = post(s, "/v1/chat/completions", tool_call);
+  ASSERT_EQ(tool_refused.status, 400) << tool_refused.body;
+  EXPECT_EQ(tool_refused.json["error"]["param"], "tools[0].function.parameters.properties.a.pattern");
+  tool_call["tools"][0]["function"]["strict"] = false;
+  Reply tool_ok = post(s, "/v1/chat/completions", tool_call);
+  ASSERT_EQ(tool_ok.status, 200) << tool_ok.body;
+  EXPECT_NE(tool_ok.headers.find("X-DSV4-Schema-Warnings")->second.find("tools[0].function.parameters.properties.n.minimum"),
+            std::string::npos);
+
+  Json message = {{"model", "tiny-a"}, {"max_tokens", 60}, {"messages", Json::array({{{"role", "user"}, {"content", "Call"}}})},
+                  {"tools", Json::array({{{"name", "f"}, {"input_schema", asserted}}})},
+                  {"tool_choice", {{"type", "any"}}}};
+  Reply anthropic_refused = post(s, "/v1/messages", message);
+  ASSERT_EQ(anthropic_refused.status, 400) << anthropic_refused.body;
+  EXPECT_NE(anthropic_refused.body.find("tools[0].input_schema.properties.a.pattern"), std::string::npos);
+  message["tools"][0]["strict"] = false;
+  Reply anthropic_ok = post(s, "/v1/messages", message);
+  ASSERT_EQ(anthropic_ok.status, 200) << anthropic_ok.body;
+  EXPECT_NE(anthropic_ok.headers.find("X-DSV4-Schema-Warnings")->second.find("tools[0].input_schema.properties.a.pattern"),
+            std::string::npos);
+}
+
 // Constrained answers (the independent validation of many seeds is in constrain_generation_test
 // and the SDK test): JSON content that parses, forced tool calls that come back as tool_calls,
 // streaming and not, and max_tokens reported as "length".

@@ -89,6 +89,7 @@ struct RunOptions {
   bool raw = false;
   bool json = false;
   std::string json_schema;  // --json-schema FILE: constrain the answer to this schema
+  bool schema_strict = true;  // --no-schema-strict: drop what cannot be enforced (warned on stderr)
   std::string batch;        // --batch PROMPTS.jsonl: many prompts through --parallel slots (run_batch.cc)
   std::string batch_out;    // --out RESULTS.jsonl
   int parallel = 0;         // --parallel (0: from the RAM plan)

@@ -146,6 +146,7 @@ void register_run(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "raw", c.run.raw);
   b.add(cmd, "run_json", c.run.json);
   b.add(cmd, "json_schema", c.run.json_schema);
+  b.add(cmd, "schema_strict", c.run.schema_strict);
   b.add(cmd, "batch", c.run.batch);
   b.add(cmd, "batch_out", c.run.batch_out);
   b.add(cmd, "parallel", c.run.parallel);

@@ -165,7 +165,7 @@ struct SchemaConstraint {
   std::optional<constrain::Grammar> grammar;
 };
 
-SchemaConstraint load_schema_constraint(const std::string& path, bool thinking) {
+SchemaConstraint load_schema_constraint(const std::string& path, bool thinking, bool strict) {
   SchemaConstraint c;
   const std::string text = read_small_file(path, 16u << 20);
   c.schema = chat::Json::parse(text, nullptr, false);
@@ -173,11 +173,15 @@ SchemaConstraint load_schema_constraint(const std::string& path, bool thinking) 
   constrain::AnswerFormat f;
   f.thinking = thinking;
   f.content_schema = &c.schema;
+  f.content_strict = strict;
+  std::vector<std::string> dropped;
   try {
-    c.grammar = constrain::build_answer_grammar(f);
+    c.grammar = constrain::build_answer_grammar(f, {}, &dropped);
   } catch (const constrain::SchemaError& e) {
     fail("{}: {}", path, e.what());
   }
+  for (const std::string& d : dropped)
+    std::fprintf(stderr, "warning: %s: dropped unsupported keyword at %s (not enforced)\n", path.c_str(), d.c_str());
   return c;
 }
 
@@ -201,7 +205,7 @@ int run(const RunOptions& o) {
   std::optional<SchemaConstraint> schema;
   if (!o.json_schema.empty()) {
     if (!o.sampling.stop.empty()) fail("--stop cannot be combined with --json-schema (a stop string could cut the value)");
-    schema = load_schema_constraint(o.json_schema, o.style.think && !o.raw);
+    schema = load_schema_constraint(o.json_schema, o.style.think && !o.raw, o.schema_strict);
   }
   LoadedModel lm = load_model(o.model, interactive_workload(o.model), mtp_load_for(o.sampling.spec));
   announce_demo(lm);

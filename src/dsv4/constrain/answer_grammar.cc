@@ -72,13 +72,17 @@ class Builder {
     return g_.seq({g_.literal_text("\n\n<" + d + "tool_calls>\n"), calls, g_.literal_text("\n</" + d + "tool_calls>")});
   }
 
-  NodeId content(const Json& schema, const std::string& where) {
+  NodeId content(const Json& schema, const std::string& where, bool strict) {
     try {
-      return schemas_.compile(schema, false);
+      const NodeId node = schemas_.compile(schema, false, strict);
+      note_dropped(where);
+      return node;
     } catch (const SchemaError& e) {
       throw e.at(where);
     }
   }
+
+  const std::vector<std::string>& dropped() const { return dropped_; }
 
   NodeId reasoning() {
     const Symbol end = g_.special(chat::kThinkEnd);
@@ -94,6 +98,7 @@ class Builder {
     NodeId params;
     try {
       params = parameters(t);
+      note_dropped(t.where);
     } catch (const SchemaError& e) {
       throw e.at(t.where);
     }
@@ -106,13 +111,13 @@ class Builder {
     const Json& p = *t.parameters;
     if (!p.is_object()) throw SchemaError({}, "", "a forced tool call needs \"parameters\" to be an object schema");
     static const std::set<std::string, std::less<>> allowed = {
-        "type", "properties", "required", "additionalProperties", "$defs", "definitions", "$schema", "$id",
-        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"};
+        "type", "properties", "required", "additionalProperties", "$defs", "definitions", "$id"};
     for (const auto& [key, value] : p.items()) {
-      if (!allowed.count(key))
-        throw SchemaError({}, key, fmt::format("unsupported keyword \"{}\" at the top of a forced tool call's parameters "
-                                               "(they must be an object schema with properties)",
-                                               key));
+      if (is_assertion(key) && !allowed.count(key))
+        schemas_.unsupported(t.strict, SchemaError({}, key, fmt::format("unsupported keyword \"{}\" at the top of a forced tool "
+                                                                        "call's parameters (they must be an object "
+                                                                        "schema with properties)",
+                                                                        key)));
     }
     if (p.contains("type") && p["type"] != "object")
       throw SchemaError({}, "type", "a forced tool call's parameters must have \"type\": \"object\"");
@@ -150,7 +155,7 @@ class Builder {
       std::vector<std::string> path = from_props ? std::vector<std::string>{"properties", name}
                                                  : std::vector<std::string>{"additionalProperties"};
       check_name(name, path);
-      const NodeId json = schemas_.compile_part(p, *schema, path, true);
+      const NodeId json = schemas_.compile_part(p, *schema, path, true, t.strict);
       std::vector<NodeId> forms;
       if (const NodeId raw = raw_alternatives(g_, json, dsml_); raw != kNoNode)
         forms.push_back(g_.seq({g_.literal_text("true\">"), raw, g_.literal_text("parameter>")}));
@@ -178,14 +183,22 @@ class Builder {
                                               name));
   }
 
+  // The compiler's newly dropped assertions, as places inside the document `where`.
+  void note_dropped(const std::string& where) {
+    for (size_t i = noted_; i < schemas_.dropped().size(); ++i) dropped_.push_back(schemas_.dropped()[i].at(where).param());
+    noted_ = schemas_.dropped().size();
+  }
+
   Grammar& g_;
   SchemaCompiler schemas_;
   Symbol dsml_ = 0;
+  size_t noted_ = 0;
+  std::vector<std::string> dropped_;
 };
 
 }  // namespace
 
-Grammar build_answer_grammar(const AnswerFormat& f, const SchemaLimits& limits) {
+Grammar build_answer_grammar(const AnswerFormat& f, const SchemaLimits& limits, std::vector<std::string>* dropped) {
   Grammar g;
   Builder b(g, limits);
   // Specials are registered before any text is turned into symbols.
@@ -197,10 +210,11 @@ Grammar build_answer_grammar(const AnswerFormat& f, const SchemaLimits& limits) 
     body = b.tool_block(f.tools, f.max_calls);
   } else {
     if (!f.content_schema) fail("nothing to constrain: no content schema and no required tool call");
-    body = b.content(*f.content_schema, f.content_where);
+    body = b.content(*f.content_schema, f.content_where, f.content_strict);
     if (!f.tools.empty()) body = g.any_of({body, b.tool_block(f.tools, f.max_calls)});
   }
   const NodeId root = f.thinking ? g.seq({b.reasoning(), body}) : body;
+  if (dropped) *dropped = b.dropped();
   try {
     g.finalize(root);
   } catch (const SchemaError&) {

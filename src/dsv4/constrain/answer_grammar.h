@@ -31,18 +31,24 @@ struct ToolSchema {
   std::string name;                  // the function name
   const Json* parameters = nullptr;  // its parameters schema (nullptr: no parameters)
   std::string where;                 // for errors, e.g. "tools[2].function.parameters"
+  bool strict = true;                // false: drop the assertions it cannot enforce (see below)
 };
 
 struct AnswerFormat {
   bool thinking = false;                 // reasoning comes first, up to </think>
   const Json* content_schema = nullptr;  // the content is JSON valid for this schema
   std::string content_where;             // for errors, e.g. "response_format.json_schema.schema"
+  bool content_strict = true;            // false: drop the assertions it cannot enforce
   std::vector<ToolSchema> tools;         // calls the answer may make (or must, see calls_required)
   bool calls_required = false;           // the answer is a tool-call block (content_schema unused)
   size_t max_calls = 1;                  // invokes in one block
 };
 
-// Throws SchemaError (with `where` set) for a schema outside the subset, Error otherwise.
-Grammar build_answer_grammar(const AnswerFormat& format, const SchemaLimits& limits = {});
+// Throws SchemaError (with `where` set) for a schema outside the subset, Error otherwise. A
+// schema that is not strict has the assertions the compiler cannot enforce dropped instead of
+// refused; `dropped` (if given) receives each one's place, e.g.
+// "response_format.json_schema.schema.properties.id.pattern".
+Grammar build_answer_grammar(const AnswerFormat& format, const SchemaLimits& limits = {},
+                             std::vector<std::string>* dropped = nullptr);
 
 }  // namespace dsv4::constrain

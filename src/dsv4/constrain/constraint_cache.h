@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "dsv4/constrain/answer_grammar.h"
 #include "dsv4/constrain/matcher.h"
@@ -21,8 +22,9 @@ class ConstraintCache {
   explicit ConstraintCache(const text::Tokenizer& tokenizer, size_t capacity = 4);
 
   // The constraint for `format`, compiled now or found. Throws SchemaError / Error as
-  // build_answer_grammar and CompiledConstraint do.
-  std::shared_ptr<const CompiledConstraint> get(const AnswerFormat& format);
+  // build_answer_grammar and CompiledConstraint do; `dropped` (if given) receives what
+  // build_answer_grammar dropped from schemas that are not strict.
+  std::shared_ptr<const CompiledConstraint> get(const AnswerFormat& format, std::vector<std::string>* dropped = nullptr);
 
   size_t entries() const;
   size_t memory_bytes() const;  // entries' caches plus the vocabulary trie
@@ -32,7 +34,12 @@ class ConstraintCache {
   const size_t capacity_;
   mutable std::mutex mu_;
   std::shared_ptr<const TokenTrie> vocab_;
-  std::list<std::pair<std::string, std::shared_ptr<const CompiledConstraint>>> lru_;  // most recent first
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const CompiledConstraint> constraint;
+    std::vector<std::string> dropped;
+  };
+  std::list<Entry> lru_;  // most recent first
 };
 
 }  // namespace dsv4::constrain

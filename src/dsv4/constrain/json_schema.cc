@@ -24,19 +24,34 @@ std::string join_path(const std::vector<std::string>& path) {
   return out;
 }
 
-const std::set<std::string, std::less<>>& annotations() {
-  static const std::set<std::string, std::less<>> keys = {"title",    "description", "default",  "examples",
-                                                          "$comment", "$schema",     "deprecated", "readOnly",
-                                                          "writeOnly"};
-  return keys;
-}
-
+// The keywords the compiler enforces.
 const std::set<std::string, std::less<>>& supported() {
   static const std::set<std::string, std::less<>> keys = {
       "type",     "properties", "required", "additionalProperties", "items",     "minItems",   "maxItems",
       "minLength", "maxLength", "enum",     "const",                "anyOf",     "$ref",       "$defs",
       "definitions", "uniqueItems", "$id"};
   return keys;
+}
+
+// The assertions and applicators of JSON Schema (drafts 4 to 2020-12) that it cannot enforce.
+// Every keyword in neither list is an annotation.
+const std::set<std::string, std::less<>>& unsupported_set() {
+  static const std::set<std::string, std::less<>> keys = {
+      "pattern",          "format",           "minimum",          "maximum",         "exclusiveMinimum",
+      "exclusiveMaximum", "multipleOf",       "oneOf",            "allOf",           "not",
+      "if",               "then",             "else",             "dependencies",    "dependentRequired",
+      "dependentSchemas", "patternProperties", "propertyNames",   "minProperties",   "maxProperties",
+      "additionalItems",  "prefixItems",      "contains",         "minContains",     "maxContains",
+      "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
+  return keys;
+}
+
+// Keywords the specification makes inert without a partner: they assert nothing then.
+bool inert(const Json& s, std::string_view key) {
+  if (key == "then" || key == "else") return !s.contains("if");
+  if (key == "additionalItems") return !(s.contains("items") && s["items"].is_array());
+  if (key == "minContains" || key == "maxContains") return !s.contains("contains");
+  return false;
 }
 
 const std::vector<std::string>& type_names() {
@@ -110,11 +125,19 @@ std::string SchemaError::param() const { return error_param(where_, path_, keywo
 
 std::string dsml_marker() { return std::string(text::chat::kDsml); }
 
+bool is_assertion(std::string_view keyword) { return supported().count(keyword) || unsupported_set().count(keyword); }
+
+const std::vector<std::string>& unsupported_keywords() {
+  static const std::vector<std::string> keys(unsupported_set().begin(), unsupported_set().end());
+  return keys;
+}
+
 // One document being compiled: its root (refs resolve there), the current path, and the
 // $ref targets compiled so far.
 struct SchemaCompiler::Doc {
   const Json& root;
   bool safe;
+  bool strict;  // refuse what cannot be enforced (else drop it)
   std::vector<std::string> path;
   size_t first_node;
   struct Target {
@@ -172,23 +195,32 @@ void SchemaCompiler::check_budget(Doc& d, const std::string& keyword) {
     d.error(keyword, fmt::format("the schema is too large (more than {} parts)", limits_.max_nodes));
 }
 
-SchemaCompiler::Doc& SchemaCompiler::doc(const Json& document, bool dsml_safe) {
+void SchemaCompiler::unsupported(bool strict, SchemaError e) {
+  if (strict) throw e;
+  dropped_.push_back(std::move(e));
+}
+
+void SchemaCompiler::unsupported(Doc& d, const std::string& keyword, const std::string& why) {
+  unsupported(d.strict, SchemaError(d.path, keyword, why));
+}
+
+SchemaCompiler::Doc& SchemaCompiler::doc(const Json& document, bool dsml_safe, bool strict) {
   for (auto& d : docs_)
-    if (&d->root == &document && d->safe == dsml_safe) return *d;
-  docs_.push_back(std::make_unique<Doc>(Doc{document, dsml_safe, {}, g_.node_count(), {}, 0}));
+    if (&d->root == &document && d->safe == dsml_safe && d->strict == strict) return *d;
+  docs_.push_back(std::make_unique<Doc>(Doc{document, dsml_safe, strict, {}, g_.node_count(), {}, 0}));
   Doc& d = *docs_.back();
   if (document.is_object() && document.contains("$id") && !document["$id"].is_string())
     d.error("$id", "\"$id\" must be a string");
   return d;
 }
 
-NodeId SchemaCompiler::compile(const Json& document, bool dsml_safe) {
-  return compile_part(document, document, {}, dsml_safe);
+NodeId SchemaCompiler::compile(const Json& document, bool dsml_safe, bool strict) {
+  return compile_part(document, document, {}, dsml_safe, strict);
 }
 
 NodeId SchemaCompiler::compile_part(const Json& document, const Json& part, std::vector<std::string> path,
-                                    bool dsml_safe) {
-  Doc& d = doc(document, dsml_safe);
+                                    bool dsml_safe, bool strict) {
+  Doc& d = doc(document, dsml_safe, strict);
   d.path = std::move(path);
   d.containers = 0;
   return compile_schema(d, part, d.path.size());
@@ -202,23 +234,20 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     d.error("", "the schema false admits no value");
   }
   if (!s.is_object()) d.error("", "a schema must be an object or a boolean");
-  for (const auto& [key, value] : s.items()) {
-    if (annotations().count(key)) continue;
-    if (!supported().count(key)) d.error(key, fmt::format("unsupported JSON Schema keyword \"{}\"", key));
-    if (key == "$id" && depth > 0) d.error(key, "\"$id\" is only supported at the root");
-    if (key == "uniqueItems" && !(value.is_boolean() && !value.get<bool>()))
-      d.error(key, "unsupported JSON Schema keyword \"uniqueItems\" (only false is supported)");
-  }
+  for (const auto& [key, value] : s.items()) check_keyword(d, s, key, depth);
   for (const char* defs : {"$defs", "definitions"})
     if (s.contains(defs) && !s[defs].is_object()) d.error(defs, fmt::format("\"{}\" must be an object", defs));
 
-  // Keywords that decide the whole schema, with only annotations beside them.
+  // Keywords that decide the whole schema, with no other enforced keyword beside them
+  // (annotations and what check_keyword refused or dropped do not count).
   auto alone = [&](const char* keyword, std::initializer_list<const char*> also) {
     for (const auto& [key, value] : s.items()) {
-      if (key == keyword || annotations().count(key) || key == "$defs" || key == "definitions" || key == "$id") continue;
+      if (key == keyword || !supported().count(key) || key == "$defs" || key == "definitions" || key == "$id" ||
+          key == "uniqueItems")
+        continue;
       bool ok = false;
       for (const char* a : also) ok = ok || key == a;
-      if (!ok) d.error(key, fmt::format("\"{}\" cannot be combined with \"{}\" here", key, keyword));
+      if (!ok) unsupported(d, key, fmt::format("\"{}\" cannot be combined with \"{}\" here", key, keyword));
     }
   };
 
@@ -290,6 +319,16 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     else nodes.push_back(g_.literal({g_.symbols("null")}, {"null"}));
   }
   return g_.any_of(std::move(nodes));
+}
+
+// Annotations pass; assertions this compiler cannot enforce are refused or dropped.
+void SchemaCompiler::check_keyword(Doc& d, const Json& s, const std::string& key, size_t depth) {
+  if (unsupported_set().count(key) && !inert(s, key))
+    return unsupported(d, key, fmt::format("unsupported JSON Schema keyword \"{}\"", key));
+  if (key == "$id" && depth > 0) return unsupported(d, key, "\"$id\" is only supported at the root");
+  const Json& value = s[key];
+  if (key == "uniqueItems" && !(value.is_boolean() && !value.get<bool>()))
+    unsupported(d, key, "unsupported JSON Schema keyword \"uniqueItems\" (only false is supported)");
 }
 
 NodeId SchemaCompiler::compile_ref(Doc& d, const Json& s, size_t depth) {
@@ -463,7 +502,11 @@ NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
   ++d.containers;
   if (s.contains("items")) {
     const Json& it = s["items"];
-    if (it.is_array()) d.error("items", "\"items\" as a list (tuples) is not supported; use a single schema");
+    if (it.is_array()) {
+      unsupported(d, "items", "\"items\" as a list (tuples) is not supported; use a single schema");
+      --d.containers;
+      return g_.array(any_value(d.safe), lo, hi);
+    }
     if (it.is_boolean() && !it.get<bool>()) {
       --d.containers;
       if (lo > 0) d.error("items", "\"items\" is false but \"minItems\" is above 0: no array can satisfy both");

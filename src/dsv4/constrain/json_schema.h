@@ -9,8 +9,14 @@
 //   any type      enum, const (with type: values of other types are dropped), anyOf,
 //                 $ref to "#" or any JSON pointer in the same document ("#/$defs/…",
 //                 "#/definitions/…"), $defs / definitions
-//   ignored       title, description, default, examples, $comment, $schema, deprecated,
-//                 readOnly, writeOnly, uniqueItems: false, $id (at the root only)
+//   ignored       every keyword that is not an assertion or applicator of JSON Schema: the
+//                 annotations (title, description, default, examples, $comment, readOnly, …),
+//                 vendor keywords (x-*, markdownDescription, id, …) and misspellings, as the
+//                 specification says a validator must; also uniqueItems: false, $id at the root
+//   unsupported   the assertions and applicators it cannot enforce (pattern, format, minimum,
+//                 oneOf, allOf, not, patternProperties, …; unsupported_keywords()): refused
+//                 naming keyword and path, or, when the schema is not strict, dropped and
+//                 listed in dropped()
 // Booleans as schemas: true = any value, false = none.
 //
 // What is generated is always valid for the schema, though not every valid text can be
@@ -26,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -67,6 +74,12 @@ struct SchemaLimits {
   size_t max_depth = 64;             // nesting of the schema document
 };
 
+// Whether `keyword` is an assertion or applicator of JSON Schema (one the compiler enforces or
+// one it refuses); every other keyword is an annotation and is ignored.
+bool is_assertion(std::string_view keyword);
+// The assertions the compiler cannot enforce (for documentation and tests).
+const std::vector<std::string>& unsupported_keywords();
+
 class SchemaCompiler {
  public:
   explicit SchemaCompiler(Grammar& g, SchemaLimits limits = {});
@@ -74,12 +87,19 @@ class SchemaCompiler {
 
   // The value node for `document` (its $refs resolve within it). With `dsml_safe` the text
   // can sit inside a DSML parameter: strings never contain the raw bytes of ｜DSML｜ and
-  // constants are written ASCII-only. Throws SchemaError.
-  NodeId compile(const Json& document, bool dsml_safe = false);
+  // constants are written ASCII-only. Throws SchemaError. Not `strict`: assertions it cannot
+  // enforce are dropped (see dropped()) instead of refused.
+  NodeId compile(const Json& document, bool dsml_safe = false, bool strict = true);
   // The value node for `part`, a schema inside `document` at `path` (its $refs resolve in
   // `document`; targets shared by several parts are compiled once). `document` must outlive
   // the compiler.
-  NodeId compile_part(const Json& document, const Json& part, std::vector<std::string> path, bool dsml_safe);
+  NodeId compile_part(const Json& document, const Json& part, std::vector<std::string> path, bool dsml_safe,
+                      bool strict = true);
+
+  // Throws `e` when `strict`, else records it among the dropped assertions.
+  void unsupported(bool strict, SchemaError e);
+  // What non-strict compiles dropped so far, in order (`where` unset).
+  const std::vector<SchemaError>& dropped() const { return dropped_; }
 
   // Any JSON value / any JSON object.
   NodeId any_value(bool dsml_safe = false);
@@ -94,9 +114,11 @@ class SchemaCompiler {
   NodeId compile_array(Doc& d, const Json& s, size_t depth);
   NodeId compile_string(Doc& d, const Json& s);
   void check_budget(Doc& d, const std::string& keyword);
+  void check_keyword(Doc& d, const Json& s, const std::string& key, size_t depth);
+  void unsupported(Doc& d, const std::string& keyword, const std::string& why);
   std::string forbid(bool dsml_safe) const;
 
-  Doc& doc(const Json& document, bool dsml_safe);
+  Doc& doc(const Json& document, bool dsml_safe, bool strict);
 
   Grammar& g_;
   SchemaLimits limits_;
@@ -104,6 +126,7 @@ class SchemaCompiler {
   NodeId any_[2] = {kNoNode, kNoNode};
   NodeId any_object_[2] = {kNoNode, kNoNode};
   size_t enum_values_ = 0, literal_bytes_ = 0;
+  std::vector<SchemaError> dropped_;
 };
 
 // The raw text of ｜DSML｜ (kept out of strings inside DSML parameters).

@@ -179,6 +179,9 @@ std::vector<Setting> make_table() {
            "through --parallel slots that share each pass; results to --out"),
       path("batch_out", "--out", "", "run --batch: write one JSON result per input line here, in input order"),
       path("json_schema", "--json-schema", "", "run: the answer is JSON valid for this JSON Schema file (constrained decoding)"),
+      flag_bool("schema_strict", "--schema-strict,!--no-schema-strict", "", true,
+                "run --json-schema: refuse a schema with assertions constrained decoding cannot enforce (pattern, "
+                "format, ...); --no-schema-strict drops them with a warning on stderr"),
       text("system", "--system", "", "", "run/chat: system prompt"),
       flag_bool("think", "--think,!--no-think", "", false, "thinking mode: the model reasons before answering"),
       choice("effort", "--effort", "", "", {"high", "max"}, "reasoning effort in thinking mode: high or max"),

@@ -198,9 +198,11 @@ Json parse_tools(const Fields& f, const RequestLimits& limits, std::set<std::str
     const Json* schema = tool.object("input_schema");
     if (!schema) missing(tool.name("input_schema"));
     tool.object("cache_control");
+    const auto strict = tool.boolean("strict");
     Json function = {{"name", name}};
     if (description) function["description"] = *description;
     function["parameters"] = *schema;
+    if (strict) function["strict"] = *strict;
     out.push_back({{"type", "function"}, {"function", std::move(function)}});
   }
   return out;
@@ -330,7 +332,8 @@ ApiRequest parse_messages_request(const Json& body, const RequestDefaults& d, co
       const Json& fn = tools[i]["function"];
       const std::string name = fn["name"].get<std::string>();
       if (r.tool_choice.mode == ToolChoice::Mode::kTool && name != r.tool_choice.name) continue;
-      out.tools.push_back({name, fn["parameters"], fmt::format("tools[{}].input_schema", i)});
+      const bool strict = !(fn.contains("strict") && fn["strict"] == false);
+      out.tools.push_back({name, fn["parameters"], fmt::format("tools[{}].input_schema", i), strict});
     }
     out.max_calls = r.tool_choice.mode == ToolChoice::Mode::kAny && r.tool_choice.parallel ? kMaxParallelToolCalls : 1;
     // A stop sequence could cut the input short: refused when given, dropped when a default.

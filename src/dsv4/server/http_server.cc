@@ -130,13 +130,28 @@ std::string printable(std::string_view s) {
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
 // One response that is not a stream.
 struct Reply {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
+  Headers headers;
 };
+
+// X-DSV4-Schema-Warnings: the assertions a non-strict schema had dropped, "; "-separated
+// places ("response_format.json_schema.schema.properties.id.pattern"), printable and bounded.
+Headers schema_warning_headers(const std::vector<std::string>& dropped) {
+  if (dropped.empty()) return {};
+  constexpr size_t kMaxListed = 16;
+  std::string value = "dropped unsupported keywords: ";
+  for (size_t i = 0; i < dropped.size() && i < kMaxListed; ++i) value += (i ? "; " : "") + printable(dropped[i]);
+  if (dropped.size() > kMaxListed) value += fmt::format("; and {} more", dropped.size() - kMaxListed);
+  for (char& c : value)
+    if (static_cast<unsigned char>(c) >= 0x80) c = '?';  // a header value stays ASCII
+  return {{"X-DSV4-Schema-Warnings", value}};
+}
 
 Reply error_reply(const ApiError& e, std::string body = "") {
   return Reply{e.status, "application/json", body.empty() ? e.body() : std::move(body), {}};
@@ -218,6 +233,7 @@ struct Server::Impl {
     ApiRequest request;
     JobInput input;
     std::string answer;  // a route that answers at once (answer_at_once)
+    std::vector<std::pair<std::string, std::string>> headers;  // for the answer (schema warnings)
   };
 
   // A handler waiting for its job: woken (timer cancelled) by the job's news or by the peer
@@ -280,10 +296,11 @@ struct Server::Impl {
                                    const GenerationRoute& route, Exchange& ex);
   awaitable<bool> send_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
                               const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
-                              ResponseFormat& format, const GenerationRoute& route, Exchange& ex);
+                              ResponseFormat& format, const GenerationRoute& route, const Headers& headers,
+                              Exchange& ex);
   awaitable<bool> stream_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
                                 const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
-                                ResponseFormat& format, Exchange& ex);
+                                ResponseFormat& format, const Headers& headers, Exchange& ex);
   awaitable<bool> write_reply(beast::tcp_stream& stream, int version, Reply reply, bool keep_alive, Exchange& ex);
   awaitable<void> linger_close(beast::tcp_stream& stream, uint64_t announced_body_bytes = 0);
   awaitable<BodyLease> acquire_body_bytes(size_t bytes);
@@ -298,7 +315,7 @@ struct Server::Impl {
   std::string route_name(const std::string& path) const;
   std::optional<ApiError> check_access(const HttpHead& head) const;
   Prepared prepare(const GenerationRoute& route, std::string body, Clock::time_point arrival);
-  JobInput make_job(const ApiRequest& r, Clock::time_point arrival);
+  JobInput make_job(const ApiRequest& r, Clock::time_point arrival, std::vector<std::string>& dropped);
   void record(const Exchange& ex);
   void shutdown_connections();
   uint64_t random_u64() {
@@ -452,7 +469,7 @@ std::optional<ApiError> Server::Impl::check_access(const HttpHead& head) const {
 
 // ---- preparing a job (parse pool) -----------------------------------------------------------
 
-JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) {
+JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival, std::vector<std::string>& dropped) {
   JobInput in;
   in.arrival = arrival;
   if (r.prompt_text.empty()) {
@@ -484,7 +501,7 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival) 
   g.stop_strings = r.stop;
   if (r.output.active()) {
     try {
-      g.constraint = constraints.get(answer_format(r.output, r.thinking));
+      g.constraint = constraints.get(answer_format(r.output, r.thinking), &dropped);
     } catch (const constrain::SchemaError& e) {
       throw_bad_request(e.param(), "unsupported_schema", e.what());
     } catch (const Error& e) {
@@ -523,7 +540,9 @@ Server::Impl::Prepared Server::Impl::prepare(const GenerationRoute& route, std::
       p.answer = route.answer_at_once(p.request);
       return p;
     }
-    p.input = make_job(p.request, arrival);
+    std::vector<std::string> dropped;
+    p.input = make_job(p.request, arrival, dropped);
+    p.headers = schema_warning_headers(dropped);
   } catch (const ApiException& e) {
     p.error = e.error();
   } catch (const std::exception& e) {
@@ -875,8 +894,8 @@ awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast:
   }
   const ResponseHeader h{fmt::format("{}{:016x}", route.id_prefix, next_id.fetch_add(1)), unix_now(), options.model_name};
   std::unique_ptr<ResponseFormat> format = route.format(p.request, h, job);
-  if (p.request.stream) co_return co_await stream_answer(stream, head, keep_alive, job, waiter, *format, ex);
-  co_return co_await send_answer(stream, head, keep_alive, job, waiter, *format, route, ex);
+  if (p.request.stream) co_return co_await stream_answer(stream, head, keep_alive, job, waiter, *format, p.headers, ex);
+  co_return co_await send_answer(stream, head, keep_alive, job, waiter, *format, route, p.headers, ex);
 }
 
 // Watches the socket while a handler waits for the engine: a closed connection (or one reset
@@ -897,7 +916,8 @@ void Server::Impl::watch_peer(beast::tcp_stream& stream, const std::shared_ptr<W
 
 awaitable<bool> Server::Impl::send_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
                                           const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
-                                          ResponseFormat& format, const GenerationRoute& route, Exchange& ex) {
+                                          ResponseFormat& format, const GenerationRoute& route,
+                                          const Headers& headers, Exchange& ex) {
   watch_peer(stream, waiter);
   std::string unused;  // the text arrives in the outcome
   beast::error_code ec;
@@ -915,7 +935,7 @@ awaitable<bool> Server::Impl::send_answer(beast::tcp_stream& stream, const HttpH
   stream.socket().cancel(ec);  // ends the peer watch
   const JobOutcome& o = job->outcome();
   if (o.status == JobOutcome::Status::kDone) {
-    Reply answer{200, "application/json", format.complete(o), {}};
+    Reply answer{200, "application/json", format.complete(o), headers};
     co_return co_await write_reply(stream, head.version, std::move(answer), keep_alive, ex);
   }
   const ApiError e = o.status == JobOutcome::Status::kFailed
@@ -927,7 +947,7 @@ awaitable<bool> Server::Impl::send_answer(beast::tcp_stream& stream, const HttpH
 
 awaitable<bool> Server::Impl::stream_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
                                             const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
-                                            ResponseFormat& format, Exchange& ex) {
+                                            ResponseFormat& format, const Headers& headers, Exchange& ex) {
   // HTTP/1.1 gets a chunked stream; an HTTP/1.0 client gets the raw events and a close.
   const bool chunked = head.version == 11;
   keep_alive = keep_alive && chunked;
@@ -936,6 +956,7 @@ awaitable<bool> Server::Impl::stream_answer(beast::tcp_stream& stream, const Htt
   res.set(http::field::content_type, "text/event-stream");
   res.set(http::field::cache_control, "no-cache");
   res.set("X-Accel-Buffering", "no");
+  for (const auto& [k, v] : headers) res.set(k, v);
   res.keep_alive(keep_alive);
   if (chunked) res.chunked(true);
   http::response_serializer<http::empty_body> serializer(res);

@@ -388,7 +388,7 @@ ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const 
       if (!valid_function_name(*jf.string("name")))
         bad_value(jf.name("name"), "a response format name is 1 to 64 letters, digits, '_' or '-'.");
       jf.string("description");
-      jf.boolean("strict");
+      out.content_strict = jf.boolean("strict").value_or(true);
       const Json* schema = jf.find("schema");
       if (schema && !schema->is_object() && !schema->is_boolean()) wrong_type(jf.name("schema"), "an object", *schema);
       out.content_schema = schema ? *schema : Json{{"type", "object"}};
@@ -437,6 +437,7 @@ ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const 
       if (!forced.empty() && name != forced) continue;
       OutputConstraint::Tool t{name, std::nullopt, fmt::format("tools[{}].function.parameters", i)};
       if (fn.contains("parameters")) t.parameters = fn["parameters"];
+      t.strict = !(fn.contains("strict") && fn["strict"] == false);
       out.tools.push_back(std::move(t));
     }
     out.max_calls = forced.empty() && parallel ? kMaxParallelToolCalls : 1;
@@ -513,9 +514,10 @@ constrain::AnswerFormat answer_format(const OutputConstraint& c, bool thinking) 
   if (c.content_schema) {
     f.content_schema = &*c.content_schema;
     f.content_where = c.content_param;
+    f.content_strict = c.content_strict;
   }
   for (const OutputConstraint::Tool& t : c.tools)
-    f.tools.push_back({t.name, t.parameters ? &*t.parameters : nullptr, t.param});
+    f.tools.push_back({t.name, t.parameters ? &*t.parameters : nullptr, t.param, t.strict});
   f.calls_required = c.calls_required;
   f.max_calls = c.max_calls;
   return f;

@@ -104,10 +104,14 @@ struct ToolChoice {
 struct OutputConstraint {
   std::optional<Json> content_schema;  // the content is JSON valid for this schema
   std::string content_param;           // the request field it came from (errors name it)
+  // "strict": false drops the assertions the compiler cannot enforce instead of refusing
+  // them (absent means true: an answer is never silently less constrained than asked).
+  bool content_strict = true;
   struct Tool {
     std::string name;
     std::optional<Json> parameters;
     std::string param;  // "tools[2].function.parameters"
+    bool strict = true;
   };
   std::vector<Tool> tools;  // calls the answer may make (must, with calls_required)
   bool calls_required = false;
