@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dsv4/text/tokenizer.h"
+
 namespace dsv4::text::chat {
 
 // The special-token texts of the format (the tokenizer maps them to ids by text).
@@ -42,9 +44,24 @@ struct EncodeOptions {
 
 using Json = nlohmann::ordered_json;
 
+// A prompt's text and which of its bytes are the caller's: message contents, reasoning, tool
+// names, arguments and results, tool definitions, response schemas. Only the format's own text
+// may hold control tokens, so the tokenizer reads the caller's ranges as plain text
+// (Tokenizer::encode(text, caller)): a user who writes "<｜User｜>" gets ordinary tokens.
+struct Prompt {
+  std::string text;
+  std::vector<TextRange> caller;  // sorted, disjoint, non-empty
+
+  void add_template(std::string_view s) { text += s; }
+  void add_caller(std::string_view s);
+  void add(const Prompt& p);
+};
+
 // The prompt for `messages` (a JSON array). `context` = earlier messages whose text the caller
 // already has (e.g. a cached prefix): they steer the rules but are not rendered. Throws Error for
 // messages the official encoder would refuse (unknown role/task, developer without content, ...).
+Prompt render_prompt(const Json& messages, const EncodeOptions& options, const Json& context = Json::array());
+// render_prompt's text alone (what the official encoder returns; the golden tests compare it).
 std::string encode_messages(const Json& messages, const EncodeOptions& options, const Json& context = Json::array());
 
 // Puts OpenAI request-level `tools` where the format expects them: on the first message if it is
@@ -54,8 +71,9 @@ Json attach_tools(const Json& messages, const Json& tools);
 // "## Response Format: … You MUST strictly adhere to the following schema to reply:" + JSON.
 Json attach_response_format(const Json& messages, const Json& format);
 
-// The fixed "## Tools" block for a list of OpenAI tools ({"type":"function","function":{...}}).
-std::string render_tools(const Json& tools);
+// The fixed "## Tools" block for a list of OpenAI tools ({"type":"function","function":{...}});
+// the function definitions are caller text.
+Prompt render_tools(const Json& tools);
 
 struct ToolCall {
   std::string id;
