@@ -372,6 +372,26 @@ void Prompt::add(const Prompt& p) {
   text += p.text;
 }
 
+size_t last_template_token(const Prompt& p, std::string_view token) {
+  for (size_t at = p.text.rfind(token); at != std::string::npos; at = at ? p.text.rfind(token, at - 1) : std::string::npos) {
+    const auto inside = [&](const TextRange& r) { return at < r.end && at + token.size() > r.begin; };
+    if (std::none_of(p.caller.begin(), p.caller.end(), inside)) return at;
+  }
+  return std::string::npos;
+}
+
+IncrementalDecoder::ShowSpecial answer_specials(const Tokenizer& tokenizer, ThinkingMode mode, bool tools) {
+  const TokenId think_end = mode == ThinkingMode::kThinking ? tokenizer.token_id(kThinkEnd).value_or(-1) : -1;
+  const TokenId dsml = tools ? tokenizer.token_id(kDsml).value_or(-1) : -1;
+  return [think_end, dsml, reasoning = true](TokenId id) mutable {
+    if (id == think_end && reasoning) {
+      reasoning = false;
+      return true;
+    }
+    return id == dsml && id >= 0;
+  };
+}
+
 std::string encode_messages(const Json& messages, const EncodeOptions& options, const Json& context) {
   return render_prompt(messages, options, context).text;
 }

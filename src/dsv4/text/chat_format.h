@@ -61,6 +61,10 @@ struct Prompt {
 // already has (e.g. a cached prefix): they steer the rules but are not rendered. Throws Error for
 // messages the official encoder would refuse (unknown role/task, developer without content, ...).
 Prompt render_prompt(const Json& messages, const EncodeOptions& options, const Json& context = Json::array());
+// Where the format's own `token` (e.g. kUser) last occurs in `p`, never inside the caller's
+// text; npos if nowhere.
+size_t last_template_token(const Prompt& p, std::string_view token);
+
 // render_prompt's text alone (what the official encoder returns; the golden tests compare it).
 std::string encode_messages(const Json& messages, const EncodeOptions& options, const Json& context = Json::array());
 
@@ -74,6 +78,12 @@ Json attach_response_format(const Json& messages, const Json& format);
 // The fixed "## Tools" block for a list of OpenAI tools ({"type":"function","function":{...}});
 // the function definitions are caller text.
 Prompt render_tools(const Json& tools);
+
+// Which special tokens a generated answer shows as text (for IncrementalDecoder): those its
+// structure is read from, i.e. in thinking mode the first </think> (the end of the reasoning)
+// and, when tools were offered, ｜DSML｜ (tool calls). Any other special token the model samples
+// (<｜Assistant｜>, <｜User｜>, a second </think>, ...) is left out: no user sees control tokens.
+IncrementalDecoder::ShowSpecial answer_specials(const Tokenizer& tokenizer, ThinkingMode mode, bool tools);
 
 struct ToolCall {
   std::string id;

@@ -198,6 +198,12 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) c
 
 std::string Tokenizer::token_bytes(TokenId id) const { return std::string(impl_->bytes_of(id)); }
 
+std::vector<size_t> Tokenizer::token_offsets(std::span<const TokenId> ids) const {
+  std::vector<size_t> offsets(ids.size() + 1, 0);
+  for (size_t i = 0; i < ids.size(); ++i) offsets[i + 1] = offsets[i] + impl_->bytes_of(ids[i]).size();
+  return offsets;
+}
+
 std::optional<TokenId> Tokenizer::token_id(std::string_view token) const {
   if (auto it = impl_->added_by_text.find(token); it != impl_->added_by_text.end()) return it->second;
   if (const TokenId id = impl_->vocab_by_spelling.find(token); id >= 0) return id;

@@ -77,6 +77,9 @@ class Tokenizer {
 
   // The raw bytes one token stands for (for an added token: its text). Throws Error if unknown.
   std::string token_bytes(TokenId id) const;
+  // Where each token's bytes begin in the bytes of all `ids`, and then their total (ids.size() + 1
+  // offsets). Throws Error for an unknown id.
+  std::vector<size_t> token_offsets(std::span<const TokenId> ids) const;
 
   // The id of an added token by its text (e.g. "<｜User｜>"), else of a vocabulary entry by its
   // tokenizer.json spelling (e.g. "Ġthe"); nothing if neither exists.
