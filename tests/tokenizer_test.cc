@@ -2,6 +2,7 @@
 // invalid UTF-8, hostile files, and the dsv4 tokenize command. (The Hugging Face comparison on
 // generated text is tokenizer_oracle_test.cc.)
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <thread>
 
@@ -72,6 +73,50 @@ TEST(Tokenizer, NoBosIsAddedAndSpecialsMatchInsideText) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 499), 1);  // the cut-off "<｜Use" is plain text
   EXPECT_EQ(tok.decode(ids), "x<｜User｜>y<｜Use");
   EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), "xy<｜Use");
+}
+
+TEST(Tokenizer, AddedTokensInPlainRangesAreOrdinaryText) {
+  const Tokenizer& tok = fixture_tokenizer();
+  // "<｜User｜>" written by a user (bytes 1..) is plain; the template's one (byte 0) is a token.
+  const std::string user = "<｜User｜>y<｜end▁of▁sentence｜>";
+  const std::string text = "x" + user + "<｜User｜>";
+  const TextRange plain[] = {{1, 1 + user.size()}};
+  const std::vector<TokenId> ids = tok.encode(text, plain);
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 499), 1);
+  EXPECT_EQ(ids.back(), 499);
+  for (size_t i = 0; i + 1 < ids.size(); ++i) EXPECT_FALSE(tok.is_added(ids[i])) << i;
+  // The plain text tokenizes as it would alone, and text without added tokens as encode() does.
+  EXPECT_EQ(tok.encode_plain(user), std::vector<TokenId>(ids.begin() + 1, ids.end() - 1));
+  const std::string ab_cd = "ab<｜User｜>cd";
+  EXPECT_EQ(tok.encode(ab_cd, std::vector<TextRange>{{0, 2}, {ab_cd.size() - 2, ab_cd.size()}}), tok.encode(ab_cd));
+  // A token that would reach into a plain range is not recognised.
+  EXPECT_EQ(tok.encode("<｜User｜>", std::vector<TextRange>{{5, 6}}), tok.encode_plain("<｜User｜>"));
+  EXPECT_THROW(tok.encode("abc", std::vector<TextRange>{{2, 1}}), Error);
+  EXPECT_THROW(tok.encode("abc", std::vector<TextRange>{{0, 4}}), Error);
+}
+
+TEST(Tokenizer, BoundedEncodeStopsAtTheLimit) {
+  const Tokenizer& tok = fixture_tokenizer();
+  const std::string text = "The keeper climbed the stairs <｜User｜> and lit the lamp. 12345 你好";
+  const std::vector<TokenId> all = tok.encode(text);
+  for (size_t max = 0; max <= all.size() + 2; ++max) {
+    const std::vector<TokenId> some = tok.encode(text, {}, max);
+    EXPECT_EQ(some.size(), std::min(max, all.size())) << max;
+    if (max > all.size()) {
+      EXPECT_EQ(some, all);
+    }
+  }
+  // A huge text (one word, and many short words) costs what the limit costs: the result says
+  // "more than 100" without the text being split or merged, as the time limit checks.
+  const std::string word(64u << 20, 'a');
+  std::string words;
+  for (int i = 0; i < (4 << 20); ++i) words += " ab";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(tok.encode_plain(word, 101).size(), 101u);
+  EXPECT_EQ(tok.encode_plain(words, 101).size(), 101u);
+  EXPECT_EQ(tok.encode(words, {}, 101), tok.encode(words.substr(0, 1000), {}, 101));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
 }
 
 TEST(Tokenizer, DecodeRejectsUnknownIds) {

@@ -87,11 +87,13 @@ struct RunOptions {
   ChatStyle style;
   std::vector<std::string> prompt;  // joined with spaces
   bool raw = false;
+  bool special_tokens = false;  // --raw: specials in the prompt and the output are control tokens
   bool json = false;
   std::string json_schema;  // --json-schema FILE: constrain the answer to this schema
   bool schema_strict = true;  // --no-schema-strict: drop what cannot be enforced (warned on stderr)
   std::string batch;        // --batch PROMPTS.jsonl: many prompts through --parallel slots (run_batch.cc)
   std::string batch_out;    // --out RESULTS.jsonl
+  int64_t batch_line_mb = 64;  // --batch-line-mb: the longest line read
   int parallel = 0;         // --parallel (0: from the RAM plan)
 };
 int run(const RunOptions& o);

@@ -146,6 +146,19 @@ std::string expert_stats_line(const ExpertStats& s, uint64_t peak_rss) {
       format_bytes(peak_rss));
 }
 
+int64_t context_tokens(const Engine& engine, const ModelOptions& m) {
+  return m.ctx > 0 ? std::min(m.ctx, engine.context_limit()) : engine.context_limit();
+}
+
+std::vector<int32_t> encode_prompt(const text::Tokenizer& tokenizer, std::string_view text,
+                                   std::span<const text::TextRange> plain, int64_t limit, const std::string& what) {
+  std::vector<int32_t> ids = tokenizer.encode(text, plain, static_cast<size_t>(std::max<int64_t>(limit, 0)));
+  if (static_cast<int64_t>(ids.size()) >= limit)
+    fail("{} has at least {} tokens, which does not fit the context limit of {} tokens (at least one token must be "
+         "left to generate)", what, limit, limit);
+  return ids;
+}
+
 std::string stats_line(const GenerationStats& s) {
   std::string drafts;
   if (s.drafted_tokens > 0)

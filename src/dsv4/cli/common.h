@@ -3,7 +3,9 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsv4/cli/commands.h"
@@ -54,6 +56,15 @@ WorkloadShape interactive_workload(const ModelOptions& m);
 std::string expert_stats_line(const ExpertStats& s, uint64_t peak_rss);
 
 SamplingParams sampling_params(const std::string& model_dir, const SamplingOptions& s);
+
+// The context a generation gets: --ctx when given (and smaller), else the engine's.
+int64_t context_tokens(const Engine& engine, const ModelOptions& m);
+
+// The tokens of a prompt whose `plain` ranges are the caller's text, for a context of `limit`
+// tokens: encoding stops at `limit` tokens, so an over-long prompt costs what the limit costs
+// rather than what its text would, and is refused with one line that begins with `what`.
+std::vector<int32_t> encode_prompt(const text::Tokenizer& tokenizer, std::string_view text,
+                                   std::span<const text::TextRange> plain, int64_t limit, const std::string& what);
 
 // "prompt 20 tok (12 reused) | TTFT 0.31 s | prefill 45.2 tok/s | decode 3.1 tok/s | experts hit 81% | read 1.2 GB | peak RSS 9.8 GB"
 std::string stats_line(const GenerationStats& s);

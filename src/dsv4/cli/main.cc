@@ -144,11 +144,13 @@ void register_run(CLI::App& app, Bindings& b, Commands& c) {
   add_chat_style(b, cmd, c.run.style);
   b.add(cmd, "prompt", c.run.prompt);
   b.add(cmd, "raw", c.run.raw);
+  b.add(cmd, "special_tokens", c.run.special_tokens);
   b.add(cmd, "run_json", c.run.json);
   b.add(cmd, "json_schema", c.run.json_schema);
   b.add(cmd, "schema_strict", c.run.schema_strict);
   b.add(cmd, "batch", c.run.batch);
   b.add(cmd, "batch_out", c.run.batch_out);
+  b.add(cmd, "batch_line_mb", c.run.batch_line_mb);
   b.add(cmd, "parallel", c.run.parallel);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::run(c.run); }});
 }

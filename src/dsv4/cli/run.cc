@@ -80,7 +80,8 @@ void announce_demo(const LoadedModel& lm) {
 // arms Ctrl-C to cancel it.
 class TerminalStream {
  public:
-  TerminalStream(const text::Tokenizer& tokenizer, bool quiet) : decoder_(tokenizer) {
+  TerminalStream(const text::Tokenizer& tokenizer, bool quiet, text::IncrementalDecoder::ShowSpecial show_special)
+      : decoder_(tokenizer, std::move(show_special)) {
     cb_.detokenize = [this](int32_t id) { return decoder_.push(id); };
     cb_.flush = [this] { return decoder_.finish(); };
     cb_.on_text = [this, quiet](const std::string& t) {
@@ -114,7 +115,7 @@ class TerminalStream {
 // One chat turn, streamed; a cancelled turn leaves `conversation` as it was.
 ChatSession::Turn stream_turn(LoadedModel& lm, ChatSession& conversation, const std::string& text,
                               const chat::EncodeOptions& eo, const GenerationRequest& req) {
-  TerminalStream out(lm.tokenizer, false);
+  TerminalStream out(lm.tokenizer, false, chat::answer_specials(lm.tokenizer, eo.thinking_mode, false));
   ChatSession::Turn t = conversation.turn(text, eo, req, out.callbacks());
   if (!out.ends_with_newline()) std::fputc('\n', stdout);
   return t;
@@ -190,6 +191,7 @@ SchemaConstraint load_schema_constraint(const std::string& path, bool thinking, 
 int run_batch(const RunOptions& o, const chat::EncodeOptions& eo);  // run_batch.cc
 
 int run(const RunOptions& o) {
+  if (o.special_tokens && !o.raw) fail("--special-tokens needs --raw (a chat prompt's text is always plain text)");
   if (!o.batch.empty()) {
     if (!o.prompt.empty()) fail("--batch takes its prompts from the file; give no prompt argument");
     if (!o.json_schema.empty()) fail("--json-schema cannot be combined with --batch");
@@ -212,18 +214,26 @@ int run(const RunOptions& o) {
   install_sigint();
 
   GenerationRequest req = make_request(lm, o.model, o.sampling);
+  const int64_t limit = context_tokens(*lm.engine, o.model);
+  const chat::EncodeOptions eo = encode_options(o.style, true);
+  text::IncrementalDecoder::ShowSpecial show_special;  // null: all (--raw --special-tokens)
   if (o.raw) {
-    // Plain continuation: BOS, then the text as is.
+    // Plain continuation: BOS, then the text as is (its special-token text only with --special-tokens).
+    const text::TextRange all{0, prompt_text.size()};
+    const auto plain = o.special_tokens ? std::span<const text::TextRange>() : std::span(&all, 1);
     req.prompt = {static_cast<int32_t>(lm.engine->config().bos_token_id)};
-    std::vector<int32_t> ids = lm.tokenizer.encode(prompt_text);
+    const std::vector<int32_t> ids = encode_prompt(lm.tokenizer, prompt_text, plain, limit - 1, "the prompt");
     req.prompt.insert(req.prompt.end(), ids.begin(), ids.end());
+    if (!o.special_tokens) show_special = [](int32_t) { return false; };
   } else {
     chat::Json messages = chat::Json::array();
     if (!o.style.system.empty()) messages.push_back({{"role", "system"}, {"content", o.style.system}});
     messages.push_back({{"role", "user"}, {"content", prompt_text}});
     // The model is told the schema the way its chat format says (a "Response Format" section).
     if (schema) messages = chat::attach_response_format(messages, schema->schema);
-    req.prompt = lm.tokenizer.encode(chat::encode_messages(messages, encode_options(o.style, true)));
+    const chat::Prompt p = chat::render_prompt(messages, eo);
+    req.prompt = encode_prompt(lm.tokenizer, p.text, p.caller, limit, "the prompt");
+    show_special = chat::answer_specials(lm.tokenizer, eo.thinking_mode, false);
   }
   if (schema) {
     req.constraint = std::make_shared<const constrain::CompiledConstraint>(
@@ -233,7 +243,7 @@ int run(const RunOptions& o) {
   GenerationResult r;
   bool ends_with_newline = true;
   {
-    TerminalStream out(lm.tokenizer, o.json);
+    TerminalStream out(lm.tokenizer, o.json, std::move(show_special));
     r = generate(*lm.engine, session, req, out.callbacks());
     ends_with_newline = out.ends_with_newline();
   }

@@ -6,8 +6,10 @@
 // "temperature", "top_p", "top_k", "seed". One output line per physical input line, in input
 // order, blank lines included: "id" (default: the line's number, 1-based as an editor counts
 // lines), "text", "tokens", "finish_reason", "stats" — or "error" for a line that failed (a
-// blank line, invalid UTF-8, bad JSON, an empty "messages"...; it names the line, and the
-// others still run). Progress on stderr: done / total, tok/s, ETA.
+// blank line, a line over --batch-line-mb (skipped unread), invalid UTF-8, bad JSON, an empty
+// "messages", a prompt over the context...; it names the line, and the others still run).
+// Message text is plain text: special-token text in it is never a control token (a "raw" line
+// may opt in with "special_tokens": true). Progress on stderr: done / total, tok/s, ETA.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
+#include "dsv4/util/line_reader.h"
 #include "dsv4/util/memory.h"
 #include "dsv4/util/progress.h"
 
@@ -35,6 +38,7 @@ using Json = nlohmann::json;
 struct Line {
   Json id;
   GenerationRequest request;
+  text::IncrementalDecoder::ShowSpecial show_special;  // which generated specials the text shows
   std::string error;  // a bad line: reported in its output line, never run
 };
 
@@ -45,16 +49,22 @@ std::string eta_text(double s) {
                    : t >= 60 ? fmt::format("{}m{:02d}s", t / 60, t % 60) : fmt::format("{}s", t);
 }
 
-bool blank(const std::string& s) { return s.find_first_not_of(" \t\r") == std::string::npos; }
+using InputLine = BoundedLineReader::Line;
 
-// `number`: the physical line number, 1-based.
-Line parse_line(const std::string& text, size_t number, const std::string& path, const LoadedModel& lm,
-                const GenerationRequest& defaults, const chat::EncodeOptions& eo) {
+bool blank(const InputLine& l) { return !l.too_long && l.text.find_first_not_of(" \t\r") == std::string::npos; }
+
+// `number`: the physical line number, 1-based. `limit`: the context, in tokens.
+Line parse_line(const InputLine& input, size_t number, const std::string& path, const LoadedModel& lm,
+                const GenerationRequest& defaults, const chat::EncodeOptions& eo, int64_t limit, int64_t line_mb) {
   Line line;
   line.id = number;
   line.request = defaults;
+  const std::string& text = input.text;
+  const std::string what = fmt::format("{} line {}: the prompt", path, number);
   try {
-    if (blank(text)) fail("{} line {}: blank line (no prompt)", path, number);
+    if (input.too_long)
+      fail("{} line {}: {} bytes, longer than --batch-line-mb {} MiB (skipped unread)", path, number, input.bytes, line_mb);
+    if (blank(input)) fail("{} line {}: blank line (no prompt)", path, number);
     if (const size_t ok = text::valid_utf8_prefix(text); ok != text.size())
       fail("{} line {}: invalid UTF-8 at byte {} of the line", path, number, ok + 1);
     const Json j = Json::parse(text, nullptr, false);
@@ -68,18 +78,27 @@ Line parse_line(const std::string& text, size_t number, const std::string& path,
     if (j.contains("seed")) r.sampling.seed = j["seed"].get<uint64_t>();
     r.sampling.validate();
     if (r.max_tokens < 1) fail("{} line {}: \"max_tokens\" must be at least 1", path, number);
+    if (j.value("special_tokens", false) && !j.value("raw", false))
+      fail("{} line {}: \"special_tokens\" needs \"raw\": true", path, number);
+    line.show_special = chat::answer_specials(lm.tokenizer, eo.thinking_mode, false);
     if (j.contains("messages")) {
       const Json& m = j["messages"];
       if (!m.is_array() || m.empty()) fail("{} line {}: \"messages\" must be a non-empty array", path, number);
-      r.prompt = lm.tokenizer.encode(chat::encode_messages(j["messages"], eo));
+      const chat::Prompt p = chat::render_prompt(m, eo);
+      r.prompt = encode_prompt(lm.tokenizer, p.text, p.caller, limit, what);
     } else if (j.contains("prompt") && j["prompt"].is_string()) {
-      const std::string p = j["prompt"].get<std::string>();
+      const std::string& p = j["prompt"].get_ref<const std::string&>();
       if (j.value("raw", false)) {
+        const bool specials = j.value("special_tokens", false);
+        const text::TextRange all{0, p.size()};
         r.prompt = {static_cast<int32_t>(lm.engine->config().bos_token_id)};
-        const std::vector<int32_t> ids = lm.tokenizer.encode(p);
+        const std::vector<int32_t> ids =
+            encode_prompt(lm.tokenizer, p, specials ? std::span<const text::TextRange>() : std::span(&all, 1), limit - 1, what);
         r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+        line.show_special = specials ? text::IncrementalDecoder::ShowSpecial() : [](int32_t) { return false; };
       } else {
-        r.prompt = lm.tokenizer.encode(chat::encode_messages(Json::array({{{"role", "user"}, {"content", p}}}), eo));
+        const chat::Prompt chat_prompt = chat::render_prompt(Json::array({{{"role", "user"}, {"content", p}}}), eo);
+        r.prompt = encode_prompt(lm.tokenizer, chat_prompt.text, chat_prompt.caller, limit, what);
       }
     } else {
       fail("{} line {}: needs \"prompt\" (a string) or \"messages\"", path, number);
@@ -96,12 +115,13 @@ Line parse_line(const std::string& text, size_t number, const std::string& path,
 
 int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   if (o.batch_out.empty()) fail("--batch needs --out RESULTS.jsonl");
-  std::vector<std::string> texts;
+  std::vector<InputLine> texts;
   {
-    std::ifstream in(o.batch);
+    std::ifstream in(o.batch, std::ios::binary);
     if (!in) fail("{}: cannot open (--batch)", o.batch);
-    for (std::string s; std::getline(in, s);) texts.push_back(s);  // every physical line, blank ones too
-    if (in.bad()) fail("{}: read failed (--batch)", o.batch);
+    BoundedLineReader reader(in, static_cast<size_t>(o.batch_line_mb) << 20);
+    for (InputLine l; reader.next(l);) texts.push_back(std::move(l));  // every physical line, blank ones too
+    if (reader.failed()) fail("{}: read failed (--batch)", o.batch);
   }
   if (std::all_of(texts.begin(), texts.end(), blank)) fail("{}: no prompts (--batch)", o.batch);
   std::FILE* out = std::fopen(o.batch_out.c_str(), "w");
@@ -129,6 +149,7 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   defaults.stop_ids = {static_cast<int32_t>(lm.engine->config().eos_token_id)};
   defaults.context_limit = o.model.ctx;
   defaults.chunk = chunk;
+  const int64_t limit = context_tokens(*lm.engine, o.model);
 
   std::vector<std::string> results(texts.size());
   std::vector<char> ready(texts.size(), 0);
@@ -143,14 +164,15 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
     Engine::BatchMember member = slots > 1 ? lm.engine->join_batch() : Engine::BatchMember();
     SessionState session = lm.engine->new_session();
     for (size_t i; (i = next++) < texts.size();) {
-      Line line = parse_line(texts[i], i + 1, o.batch, lm, defaults, eo);
+      Line line = parse_line(texts[i], i + 1, o.batch, lm, defaults, eo, limit, o.batch_line_mb);
+      std::string().swap(texts[i].text);  // parsed: the line's text is no longer needed
       Json j = {{"id", line.id}};
       int64_t generated = 0;
       if (!line.error.empty()) {
         j["error"] = line.error;
       } else {
         try {
-          text::IncrementalDecoder decoder(lm.tokenizer);
+          text::IncrementalDecoder decoder(lm.tokenizer, std::move(line.show_special));
           GenerationCallbacks cb;
           cb.detokenize = [&](int32_t id) { return decoder.push(id); };
           cb.flush = [&] { return decoder.finish(); };

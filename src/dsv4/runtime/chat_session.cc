@@ -28,13 +28,15 @@ std::vector<int32_t> ChatSession::next_prompt(const std::string& user_text, chat
     if (!system_.empty()) first.push_back({{"role", "system"}, {"content", system_}});
     first.push_back(user);
     eo.add_bos = true;
-    return tokenizer_.encode(chat::encode_messages(first, eo));
+    const chat::Prompt p = chat::render_prompt(first, eo);
+    return tokenizer_.encode(p.text, p.caller);
   }
   // Continue the token history the session holds: only the new turn is encoded.
   std::vector<int32_t> prompt = session_.tokens;
   prompt.insert(prompt.end(), unfed_.begin(), unfed_.end());
   eo.add_bos = false;
-  const std::vector<int32_t> turn = tokenizer_.encode(chat::encode_messages(chat::Json::array({user}), eo, history_));
+  const chat::Prompt p = chat::render_prompt(chat::Json::array({user}), eo, history_);
+  const std::vector<int32_t> turn = tokenizer_.encode(p.text, p.caller);
   prompt.insert(prompt.end(), turn.begin(), turn.end());
   return prompt;
 }

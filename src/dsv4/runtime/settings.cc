@@ -172,12 +172,17 @@ std::vector<Setting> make_table() {
       // Command-specific flags (no environment variable).
       text("prompt", "prompt", "", "", "run: the prompt (positional words; default: read stdin)", K::kRepeated),
       flag_bool("raw", "--raw", "", false, "run: plain text continuation, no chat encoding"),
+      flag_bool("special_tokens", "--special-tokens", "", false,
+                "run --raw: special-token text in the prompt (<｜User｜>, ...) becomes the control token, and "
+                "generated special tokens are printed (default: both are plain text / left out)"),
       flag_bool("run_json", "--json", "", false,
                 "run: print one JSON object: text, prompt_tokens, tokens, finish_reason, stats"),
       path("batch", "--batch", "",
            "run: many prompts from this JSON Lines file ({\"prompt\": ...} or {\"messages\": [...]} per line) "
            "through --parallel slots that share each pass; results to --out"),
       path("batch_out", "--out", "", "run --batch: write one JSON result per input line here, in input order"),
+      integer("batch_line_mb", "--batch-line-mb", "", 64, 1, 4096,
+              "run --batch: the longest input line in MiB (a longer one gets an error result, unread)"),
       path("json_schema", "--json-schema", "", "run: the answer is JSON valid for this JSON Schema file (constrained decoding)"),
       flag_bool("schema_strict", "--schema-strict,!--no-schema-strict", "", true,
                 "run --json-schema: refuse a schema with assertions constrained decoding cannot enforce (pattern, "

@@ -345,12 +345,13 @@ ApiRequest parse_messages_request(const Json& body, const RequestDefaults& d, co
   chat::EncodeOptions eo;
   eo.thinking_mode = thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
   eo.drop_thinking = true;  // the official default (off by itself when tools are given)
+  chat::Prompt p;
   try {
-    r.prompt_text = chat::encode_messages(tools.empty() ? messages : chat::attach_tools(messages, tools), eo);
+    p = chat::render_prompt(tools.empty() ? messages : chat::attach_tools(messages, tools), eo);
   } catch (const Error& e) {
     throw_bad_request("messages", "invalid_value", fmt::format("The conversation cannot be encoded: {}", e.what()));
   }
-  if (size_t at = r.prompt_text.rfind(chat::kUser); at != std::string::npos && at > 0) r.history_bytes = at;
+  set_chat_prompt(r, std::move(p));
   r.tools = !tools.empty() && !none;
   r.no_tool_calls = !tools.empty() && none;
   // A prefill closed the reasoning already (the encoder writes </think> before assistant text).

@@ -92,7 +92,7 @@ std::vector<GenerationRoute> anthropic_routes(const RequestDefaults& defaults, c
       "/v1/messages/count_tokens", "msg_", anthropic::messages_request_fields(),
       [defaults, limits](const Json& body) { return anthropic::parse_messages_request(body, defaults, limits, true); },
       nullptr,
-      [&tokenizer](const ApiRequest& r) { return dump(Json{{"input_tokens", tokenizer.encode(r.prompt_text).size()}}); },
+      [&tokenizer](const ApiRequest& r) { return dump(Json{{"input_tokens", tokenizer.encode(r.prompt_text, r.prompt_caller).size()}}); },
       error_body});
   return routes;
 }

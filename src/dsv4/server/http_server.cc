@@ -472,23 +472,34 @@ std::optional<ApiError> Server::Impl::check_access(const HttpHead& head) const {
 JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival, std::vector<std::string>& dropped) {
   JobInput in;
   in.arrival = arrival;
+  const int64_t limit = scheduler.context_limit();
   if (r.prompt_text.empty()) {
     in.prompt = r.prompt_ids;
   } else {
-    in.prompt = tokenizer.encode(r.prompt_text);
+    // Encoding stops past the limit, so an over-long prompt costs what the limit costs.
+    in.prompt = tokenizer.encode(r.prompt_text, r.prompt_caller, static_cast<size_t>(limit) + 1);
     in.prompt_text = r.prompt_text;
   }
-  const int64_t limit = scheduler.context_limit();
   if (static_cast<int64_t>(in.prompt.size()) >= limit)
     throw ApiException(ApiError{400, "invalid_request_error",
                                 fmt::format("This model's maximum context length is {} tokens, but the prompt has {} "
                                             "tokens (at least one token must be left for the answer).",
-                                            limit, in.prompt.size()),
+                                            limit, static_cast<int64_t>(in.prompt.size()) > limit
+                                                       ? fmt::format("more than {}", limit)
+                                                       : std::to_string(in.prompt.size())),
                                 r.kind == ApiKind::kCompletion ? "prompt" : "messages", "context_length_exceeded"});
   if (r.history_bytes > 0) {
-    const size_t history = tokenizer.encode(std::string_view(r.prompt_text).substr(0, r.history_bytes)).size();
-    if (history < in.prompt.size()) in.history_suffix = in.prompt.size() - history;
+    // The history ends where the last turn's <｜User｜> token begins.
+    const std::vector<size_t> offsets = tokenizer.token_offsets(in.prompt);
+    const auto end = std::lower_bound(offsets.begin(), offsets.end(), r.history_bytes);
+    if (end != offsets.end() && *end == r.history_bytes && end + 1 < offsets.end())
+      in.history_suffix = static_cast<size_t>(offsets.end() - 1 - end);
   }
+  if (r.kind == ApiKind::kCompletion)
+    in.show_special = r.special_tokens ? text::IncrementalDecoder::ShowSpecial() : [](int32_t) { return false; };
+  else
+    in.show_special = text::chat::answer_specials(
+        tokenizer, r.thinking ? text::chat::ThinkingMode::kThinking : text::chat::ThinkingMode::kChat, r.tools);
   GenerationRequest& g = in.generation;
   g.sampling = r.sampling;
   g.sampling.seed = r.seed ? *r.seed : random_u64();

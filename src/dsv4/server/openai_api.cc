@@ -321,8 +321,16 @@ const FieldList& completion_request_fields() {
   static const FieldList fields = {
       "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
       "frequency_penalty", "presence_penalty", "n", "seed", "max_tokens", "ignore_eos", "spec", "draft_max", "stop", "echo", "suffix",
-      "best_of", "logprobs", "prompt"};
+      "best_of", "logprobs", "prompt", "special_tokens"};
   return fields;
+}
+
+void set_chat_prompt(ApiRequest& r, chat::Prompt p) {
+  // The last user/tool turn starts with the format's <｜User｜>, an added token, so the text
+  // before it tokenizes to a prefix of the prompt's tokens (a user's "<｜User｜>" is plain text).
+  if (size_t at = chat::last_template_token(p, chat::kUser); at != std::string::npos && at > 0) r.history_bytes = at;
+  r.prompt_text = std::move(p.text);
+  r.prompt_caller = std::move(p.caller);
 }
 
 Json parse_json_body(std::string_view body, const RequestLimits& limits, const FieldList* fields) {
@@ -456,14 +464,13 @@ ApiRequest parse_chat_request(const Json& body, const RequestDefaults& d, const 
   eo.drop_thinking = true;
   r.tools = use_tools;
   if (out.content_schema) messages = chat::attach_response_format(messages, *out.content_schema);
+  chat::Prompt p;
   try {
-    r.prompt_text = chat::encode_messages(use_tools ? chat::attach_tools(messages, tools) : messages, eo);
+    p = chat::render_prompt(use_tools ? chat::attach_tools(messages, tools) : messages, eo);
   } catch (const Error& e) {
     throw_bad_request("messages", "invalid_value", fmt::format("The conversation cannot be encoded: {}", e.what()));
   }
-  // The last user/tool turn starts with <｜User｜>, an added token, so the text before it
-  // tokenizes to a prefix of the prompt's tokens.
-  if (size_t at = r.prompt_text.rfind(chat::kUser); at != std::string::npos && at > 0) r.history_bytes = at;
+  set_chat_prompt(r, std::move(p));
   return r;
 }
 
@@ -490,15 +497,21 @@ ApiRequest parse_completion_request(const Json& body, const RequestDefaults& d, 
       r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
   };
+  r.special_tokens = f.boolean("special_tokens").value_or(false);
+  const auto set_text = [&](const Json& text) {
+    r.prompt_text = std::string(chat::kBos) + text.get<std::string>();
+    if (!r.special_tokens && r.prompt_text.size() > chat::kBos.size())
+      r.prompt_caller = {{chat::kBos.size(), r.prompt_text.size()}};
+  };
   if (prompt.is_string()) {
-    r.prompt_text = std::string(chat::kBos) + prompt.get<std::string>();
+    set_text(prompt);
   } else if (prompt.is_array()) {
     if (prompt.empty()) bad_value("prompt", "the prompt is empty.");
     if (prompt[0].is_number_integer()) {
       token_ids(prompt, "prompt");
     } else {
       if (prompt.size() != 1) unsupported("prompt", "one prompt per request is supported.");
-      if (prompt[0].is_string()) r.prompt_text = std::string(chat::kBos) + prompt[0].get<std::string>();
+      if (prompt[0].is_string()) set_text(prompt[0]);
       else if (prompt[0].is_array()) token_ids(prompt[0], "prompt[0]");
       else wrong_type("prompt[0]", "a string or an array of token ids", prompt[0]);
     }

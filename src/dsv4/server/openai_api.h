@@ -133,10 +133,16 @@ struct ApiRequest {
   // The prompt: text whose tokenization is the prompt (the chat-encoded conversation, or BOS
   // + the completion prompt), or token ids (completions; prompt_text is then empty).
   std::string prompt_text;
+  // The caller's text in prompt_text (messages, tool definitions, a completion's prompt): read
+  // as plain text, so special-token text there never becomes a control token.
+  std::vector<text::TextRange> prompt_caller;
   std::vector<int32_t> prompt_ids;
   // Chat: bytes of prompt_text before the last user/tool turn, i.e. the history that the
   // next turn of this conversation will repeat (0: none).
   size_t history_bytes = 0;
+  // Completions, "special_tokens": true: special-token text in the prompt is control tokens and
+  // generated special tokens are returned as text (by default neither).
+  bool special_tokens = false;
   bool thinking = false;  // the answer starts with reasoning, closed by </think>
   bool tools = false;     // the answer may end with DSML tool calls, parsed as such
   bool no_tool_calls = false;  // tools are in the prompt but may not be called (DSML banned)
@@ -154,6 +160,8 @@ struct ApiRequest {
 };
 
 ApiRequest parse_chat_request(const Json& body, const RequestDefaults& defaults, const RequestLimits& limits = {});
+// Sets a chat request's prompt_text, prompt_caller and history_bytes (OpenAI and Anthropic).
+void set_chat_prompt(ApiRequest& r, text::chat::Prompt p);
 ApiRequest parse_completion_request(const Json& body, const RequestDefaults& defaults,
                                     const RequestLimits& limits = {});
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "dsv4/text/utf8.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4::server {
@@ -15,8 +16,32 @@ namespace {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Enough of a text's start to see whether it begins with an added token (they are short).
-constexpr size_t kJunctionProbeBytes = 256;
+// The index of the token of `ids` whose bytes begin at byte `at` (offsets: token_offsets(ids)).
+std::optional<size_t> token_at(std::span<const size_t> offsets, size_t at) {
+  const auto it = std::lower_bound(offsets.begin(), offsets.end() - 1, at);
+  if (it == offsets.end() - 1 || *it != at) return std::nullopt;
+  return static_cast<size_t>(it - offsets.begin());
+}
+
+// Where the added tokens of `ids` are, by the byte of their decoded text each begins at (the
+// text between them is repaired to valid UTF-8 as decode() does; an added token is valid UTF-8
+// and starts a character, so each stretch is repaired on its own).
+std::vector<std::pair<size_t, int32_t>> added_tokens(const text::Tokenizer& t, std::span<const int32_t> ids) {
+  std::vector<std::pair<size_t, int32_t>> out;
+  std::string stretch;
+  size_t at = 0;
+  for (int32_t id : ids) {
+    if (!t.is_added(id)) {
+      stretch += t.token_bytes(id);
+      continue;
+    }
+    at += text::to_valid_utf8(stretch).size();
+    stretch.clear();
+    out.emplace_back(at, id);
+    at += t.token_bytes(id).size();
+  }
+  return out;
+}
 
 std::unique_ptr<PrefixStore> open_store(const Engine& engine, const SchedulerOptions& o) {
   if (o.cache_dir.empty()) return nullptr;
@@ -216,22 +241,29 @@ void Scheduler::run(Job& job) {
     // Find the longest cached prefix: by tokens, or by text. A conversation's next request
     // repeats the previous answer as text; re-tokenized it need not give the tokens the model
     // generated, but the cached session (which holds those tokens) is still the right
-    // history when its text is a prefix of the new prompt and the rest starts with an added
-    // token (<｜end▁of▁sentence｜>, <｜User｜>, ...), which the tokenizer never merges across.
+    // history when its text is a prefix of the new prompt, the prompt's tokens have a
+    // template's added token (<｜end▁of▁sentence｜>, <｜User｜>, ...) starting right there (the
+    // tokenizer never merges across one, so the rest of the prompt's tokens stand on their
+    // own), and the cached tokens hold added tokens exactly where the prompt does (a user's
+    // text spelling "<｜User｜>" is plain text in the prompt, and must not reuse a history in
+    // which those bytes were the control token).
     std::vector<int32_t> prompt = in.prompt;
+    const std::vector<size_t> offsets = in.prompt_text.empty() ? std::vector<size_t>() : tokenizer_.token_offsets(in.prompt);
     std::unique_lock cache_lock(cache_mu_);
     auto match = cache_.longest_token_prefix(prompt);
     if (!in.prompt_text.empty()) {
+      auto junction = [&](std::string_view rest) { return token_at(offsets, in.prompt_text.size() - rest.size()); };
       auto junction_ok = [&](std::string_view rest) {
-        std::vector<int32_t> head = tokenizer_.encode(rest.substr(0, kJunctionProbeBytes));
-        return !head.empty() && tokenizer_.is_added(head[0]);
+        const auto at = junction(rest);
+        return at && *at < in.prompt.size() && tokenizer_.is_added(in.prompt[*at]);
       };
       auto by_text = cache_.longest_text_prefix(in.prompt_text, junction_ok);
       if (by_text && (!match || by_text->state.tokens.size() > match->state.tokens.size())) {
+        const size_t at = *junction(std::string_view(in.prompt_text).substr(by_text->text.size()));
         std::vector<int32_t> alt = by_text->key;
-        std::vector<int32_t> rest = tokenizer_.encode(std::string_view(in.prompt_text).substr(by_text->text.size()));
-        alt.insert(alt.end(), rest.begin(), rest.end());
-        if (static_cast<int64_t>(alt.size()) < context_limit_) {
+        alt.insert(alt.end(), in.prompt.begin() + static_cast<ptrdiff_t>(at), in.prompt.end());
+        if (static_cast<int64_t>(alt.size()) < context_limit_ &&
+            added_tokens(tokenizer_, by_text->key) == added_tokens(tokenizer_, std::span(in.prompt).first(at))) {
           prompt = std::move(alt);
           match = std::move(by_text);
         }
@@ -273,7 +305,7 @@ void Scheduler::run(Job& job) {
     }
 
     // Stage 2: the rest of the prompt and the answer.
-    text::IncrementalDecoder decoder(tokenizer_);
+    text::IncrementalDecoder decoder(tokenizer_, in.show_special);
     cb.detokenize = [&](int32_t id) {
       if (options_.token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.token_delay_ms));
       return decoder.push(id);

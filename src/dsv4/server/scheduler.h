@@ -60,6 +60,8 @@ struct JobInput {
   std::vector<int32_t> prompt;   // the canonical tokens of the prompt
   std::string prompt_text;       // the text they encode ("" when the client sent token ids)
   size_t history_suffix = 0;     // tokens after the history boundary (0: no boundary)
+  // Which generated special tokens the answer's text shows (null: all of them).
+  text::IncrementalDecoder::ShowSpecial show_special;
   GenerationRequest generation;  // sampling, max_tokens, stops (prompt, limit, chunk are set here)
   Clock::time_point arrival = Clock::now();
 };

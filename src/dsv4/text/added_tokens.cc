@@ -1,6 +1,6 @@
 #include "dsv4/text/added_tokens.h"
 
-#include <cstring>
+#include <algorithm>
 
 namespace dsv4::text {
 
@@ -29,6 +29,7 @@ void AddedTokenMatcher::add(std::string_view content, TokenId id) {
     node = next;
   }
   nodes_[static_cast<size_t>(node)].token = id;
+  longest_ = std::max(longest_, content.size());
 }
 
 AddedTokenMatcher::Match AddedTokenMatcher::find(std::string_view text, size_t from) const {

@@ -17,6 +17,7 @@ class AddedTokenMatcher {
   AddedTokenMatcher();
   void add(std::string_view content, TokenId id);
   bool empty() const { return nodes_.size() == 1; }
+  size_t longest() const { return longest_; }  // bytes of the longest token added
 
   struct Match {
     size_t begin;
@@ -35,6 +36,7 @@ class AddedTokenMatcher {
 
   std::vector<Node> nodes_;
   std::array<int32_t, 256> root_{};  // children of the root, -1 if none (the hot lookup)
+  size_t longest_ = 0;
 };
 
 }  // namespace dsv4::text

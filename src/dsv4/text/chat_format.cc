@@ -181,70 +181,93 @@ Json drop_thinking_messages(const Json& messages) {
   return out;
 }
 
-std::string render_user_blocks(const Json& blocks) {
-  std::string out;
+Prompt render_user_blocks(const Json& blocks) {
+  Prompt out;
   bool first = true;
   for (const auto& block : blocks) {
-    if (!first) out += "\n\n";
+    if (!first) out.add_template("\n\n");
     first = false;
     const std::string type = block.value("type", "");
     if (type == "text") {
-      out += text_of(block, "text");
+      out.add_caller(text_of(block, "text"));
     } else if (type == "tool_result") {
-      std::string content;
+      out.add_template("<tool_result>");
       const Json& c = block.contains("content") ? block["content"] : Json("");
       if (c.is_array()) {
         bool first_part = true;
         for (const auto& part : c) {
-          if (!first_part) content += "\n\n";
+          if (!first_part) out.add_template("\n\n");
           first_part = false;
           const std::string part_type = part.is_object() ? part.value("type", "") : "";
-          content += part_type == "text" ? text_of(part, "text") : "[Unsupported " + part_type + "]";
+          if (part_type == "text") {
+            out.add_caller(text_of(part, "text"));
+          } else {
+            out.add_template("[Unsupported ");
+            out.add_caller(part_type);
+            out.add_template("]");
+          }
         }
       } else {
-        content = c.is_string() ? c.get<std::string>() : python_json_dumps(c);
+        out.add_caller(c.is_string() ? c.get<std::string>() : python_json_dumps(c));
       }
-      out += "<tool_result>" + content + "</tool_result>";
+      out.add_template("</tool_result>");
     } else {
-      out += "[Unsupported " + type + "]";
+      out.add_template("[Unsupported ");
+      out.add_caller(type);
+      out.add_template("]");
     }
   }
   return out;
 }
 
-std::string tools_and_format(const Json& msg) {
-  std::string out;
-  if (truthy(msg, "tools")) out += "\n\n" + render_tools(msg["tools"]);
-  if (truthy(msg, "response_format")) out += "\n\n" + std::string(kResponseFormatIntro) + python_json_dumps(msg["response_format"]);
+Prompt tools_and_format(const Json& msg) {
+  Prompt out;
+  if (truthy(msg, "tools")) {
+    out.add_template("\n\n");
+    out.add(render_tools(msg["tools"]));
+  }
+  if (truthy(msg, "response_format")) {
+    out.add_template("\n\n" + std::string(kResponseFormatIntro));
+    out.add_caller(python_json_dumps(msg["response_format"]));
+  }
   return out;
 }
 
-std::string render_message(size_t index, const Json& messages, const EncodeOptions& o, bool drop_thinking) {
+Prompt render_message(size_t index, const Json& messages, const EncodeOptions& o, bool drop_thinking) {
   const Json& msg = messages[index];
   const std::string role = role_of(msg);
   const bool thinking = o.thinking_mode == ThinkingMode::kThinking;
   const ptrdiff_t last_user = last_user_index(messages);
-  std::string prompt;
-  if (index == 0 && thinking && o.reasoning_effort == ReasoningEffort::kMax) prompt += kReasoningEffortMax;
+  Prompt prompt;
+  if (index == 0 && thinking && o.reasoning_effort == ReasoningEffort::kMax) prompt.add_template(kReasoningEffortMax);
 
   if (role == "system") {
-    prompt += text_of(msg, "content") + tools_and_format(msg);
+    prompt.add_caller(text_of(msg, "content"));
+    prompt.add(tools_and_format(msg));
   } else if (role == "developer") {
     if (!truthy(msg, "content")) fail("chat: a developer message needs content");
-    prompt += std::string(kUser) + text_of(msg, "content") + tools_and_format(msg);
+    prompt.add_template(kUser);
+    prompt.add_caller(text_of(msg, "content"));
+    prompt.add(tools_and_format(msg));
   } else if (role == "user") {
-    prompt += kUser;
-    prompt += truthy(msg, "content_blocks") ? render_user_blocks(msg["content_blocks"]) : text_of(msg, "content");
+    prompt.add_template(kUser);
+    if (truthy(msg, "content_blocks"))
+      prompt.add(render_user_blocks(msg["content_blocks"]));
+    else
+      prompt.add_caller(text_of(msg, "content"));
   } else if (role == "latest_reminder") {
     if (!msg.contains("content") || !msg["content"].is_string()) fail("chat: a latest_reminder message needs string content");
-    prompt += std::string(kLatestReminder) + msg["content"].get<std::string>();
+    prompt.add_template(kLatestReminder);
+    prompt.add_caller(msg["content"].get<std::string>());
   } else if (role == "assistant") {
     const bool previous_has_task = index > 0 && has(messages[index - 1], "task");
-    if (thinking && !previous_has_task && (!drop_thinking || static_cast<ptrdiff_t>(index) > last_user))
-      prompt += reasoning_of(msg) + std::string(kThinkEnd);
-    prompt += text_of(msg, "content");
-    if (truthy(msg, "tool_calls")) prompt += dsml::render_tool_calls(msg["tool_calls"]);
-    if (!truthy(msg, "wo_eos")) prompt += kEos;
+    if (thinking && !previous_has_task && (!drop_thinking || static_cast<ptrdiff_t>(index) > last_user)) {
+      prompt.add_caller(reasoning_of(msg));
+      prompt.add_template(kThinkEnd);
+    }
+    prompt.add_caller(text_of(msg, "content"));
+    if (truthy(msg, "tool_calls")) prompt.add(dsml::render_tool_calls(msg["tool_calls"]));
+    if (!truthy(msg, "wo_eos")) prompt.add_template(kEos);
   } else {
     fail("chat: unknown role {:?}", role);
   }
@@ -259,33 +282,26 @@ std::string render_message(size_t index, const Json& messages, const EncodeOptio
     const Json& task = msg["task"];
     auto it = task.is_string() ? task_tokens().find(task.get<std::string>()) : task_tokens().end();
     if (it == task_tokens().end()) fail("chat: invalid task {} (valid: action, query, authority, domain, title, read_url)", task.dump());
-    if (it->first != "action") {
-      prompt += it->second;
-    } else {
-      prompt += std::string(kAssistant) + std::string(thinking ? kThinkStart : kThinkEnd) + it->second;
+    if (it->first == "action") {
+      prompt.add_template(kAssistant);
+      prompt.add_template(thinking ? kThinkStart : kThinkEnd);
     }
+    prompt.add_template(it->second);
   } else if (role == "user" || role == "developer") {
-    prompt += kAssistant;
+    prompt.add_template(kAssistant);
     const bool open_thinking = thinking && (!drop_thinking || static_cast<ptrdiff_t>(index) >= last_user);
-    prompt += open_thinking ? kThinkStart : kThinkEnd;
+    prompt.add_template(open_thinking ? kThinkStart : kThinkEnd);
   }
   return prompt;
 }
 
 }  // namespace
 
-std::string render_tools(const Json& tools) {
+Prompt render_tools(const Json& tools) {
   if (!tools.is_array()) fail("chat: tools must be an array");
-  std::string schemas;
-  bool first = true;
-  for (const auto& tool : tools) {
-    if (!tool.is_object() || !tool.contains("function")) fail("chat: each tool needs a function object");
-    if (!first) schemas += '\n';
-    first = false;
-    schemas += python_json_dumps(tool["function"]);
-  }
   const std::string dsml(kDsml);
-  return "## Tools\n\n"
+  Prompt out;
+  out.add_template("## Tools\n\n"
          "You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "
          "\"<" + dsml + "tool_calls>\" block like the following:\n\n"
          "<" + dsml + "tool_calls>\n"
@@ -302,9 +318,16 @@ std::string render_tools(const Json& tools) {
          "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside "
          "<think>...</think> BEFORE any tool calls or final response.\n\n"
          "Otherwise, output directly after </think> with tool calls or final response.\n\n"
-         "### Available Tool Schemas\n\n" +
-         schemas +
-         "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
+         "### Available Tool Schemas\n\n");
+  bool first = true;
+  for (const auto& tool : tools) {
+    if (!tool.is_object() || !tool.contains("function")) fail("chat: each tool needs a function object");
+    if (!first) out.add_template("\n");
+    first = false;
+    out.add_caller(python_json_dumps(tool["function"]));
+  }
+  out.add_template("\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
+  return out;
 }
 
 namespace {
@@ -329,7 +352,51 @@ Json attach_response_format(const Json& messages, const Json& format) {
   return attach_to_system(messages, "response_format", format);
 }
 
+void Prompt::add_caller(std::string_view s) {
+  if (s.empty()) return;
+  if (!caller.empty() && caller.back().end == text.size())
+    caller.back().end += s.size();
+  else
+    caller.push_back({text.size(), text.size() + s.size()});
+  text += s;
+}
+
+void Prompt::add(const Prompt& p) {
+  const size_t base = text.size();
+  for (const TextRange& r : p.caller) {
+    if (!caller.empty() && caller.back().end == base + r.begin)
+      caller.back().end = base + r.end;
+    else
+      caller.push_back({base + r.begin, base + r.end});
+  }
+  text += p.text;
+}
+
+size_t last_template_token(const Prompt& p, std::string_view token) {
+  for (size_t at = p.text.rfind(token); at != std::string::npos; at = at ? p.text.rfind(token, at - 1) : std::string::npos) {
+    const auto inside = [&](const TextRange& r) { return at < r.end && at + token.size() > r.begin; };
+    if (std::none_of(p.caller.begin(), p.caller.end(), inside)) return at;
+  }
+  return std::string::npos;
+}
+
+IncrementalDecoder::ShowSpecial answer_specials(const Tokenizer& tokenizer, ThinkingMode mode, bool tools) {
+  const TokenId think_end = mode == ThinkingMode::kThinking ? tokenizer.token_id(kThinkEnd).value_or(-1) : -1;
+  const TokenId dsml = tools ? tokenizer.token_id(kDsml).value_or(-1) : -1;
+  return [think_end, dsml, reasoning = true](TokenId id) mutable {
+    if (id == think_end && reasoning) {
+      reasoning = false;
+      return true;
+    }
+    return id == dsml && id >= 0;
+  };
+}
+
 std::string encode_messages(const Json& messages, const EncodeOptions& options, const Json& context) {
+  return render_prompt(messages, options, context).text;
+}
+
+Prompt render_prompt(const Json& messages, const EncodeOptions& options, const Json& context) {
   if (!messages.is_array()) fail("chat: messages must be a JSON array");
   if (!context.is_array()) fail("chat: context must be a JSON array");
   // The tool-call order seen in the context steers how the new messages' results are sorted.
@@ -340,7 +407,8 @@ std::string encode_messages(const Json& messages, const EncodeOptions& options, 
   Json full = merged_context;
   for (const auto& m : merged) full.push_back(m);
 
-  std::string prompt = options.add_bos && context.empty() ? std::string(kBos) : std::string();
+  Prompt prompt;
+  if (options.add_bos && context.empty()) prompt.add_template(kBos);
   bool drop = options.drop_thinking;
   for (const auto& m : full)
     if (truthy(m, "tools")) drop = false;
@@ -354,7 +422,7 @@ std::string encode_messages(const Json& messages, const EncodeOptions& options, 
     count = full.size() - dropped_context;
     context_len = dropped_context;
   }
-  for (size_t i = 0; i < count; ++i) prompt += render_message(context_len + i, full, options, drop);
+  for (size_t i = 0; i < count; ++i) prompt.add(render_message(context_len + i, full, options, drop));
   return prompt;
 }
 

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dsv4/text/tokenizer.h"
+
 namespace dsv4::text::chat {
 
 // The special-token texts of the format (the tokenizer maps them to ids by text).
@@ -42,9 +44,28 @@ struct EncodeOptions {
 
 using Json = nlohmann::ordered_json;
 
+// A prompt's text and which of its bytes are the caller's: message contents, reasoning, tool
+// names, arguments and results, tool definitions, response schemas. Only the format's own text
+// may hold control tokens, so the tokenizer reads the caller's ranges as plain text
+// (Tokenizer::encode(text, caller)): a user who writes "<｜User｜>" gets ordinary tokens.
+struct Prompt {
+  std::string text;
+  std::vector<TextRange> caller;  // sorted, disjoint, non-empty
+
+  void add_template(std::string_view s) { text += s; }
+  void add_caller(std::string_view s);
+  void add(const Prompt& p);
+};
+
 // The prompt for `messages` (a JSON array). `context` = earlier messages whose text the caller
 // already has (e.g. a cached prefix): they steer the rules but are not rendered. Throws Error for
 // messages the official encoder would refuse (unknown role/task, developer without content, ...).
+Prompt render_prompt(const Json& messages, const EncodeOptions& options, const Json& context = Json::array());
+// Where the format's own `token` (e.g. kUser) last occurs in `p`, never inside the caller's
+// text; npos if nowhere.
+size_t last_template_token(const Prompt& p, std::string_view token);
+
+// render_prompt's text alone (what the official encoder returns; the golden tests compare it).
 std::string encode_messages(const Json& messages, const EncodeOptions& options, const Json& context = Json::array());
 
 // Puts OpenAI request-level `tools` where the format expects them: on the first message if it is
@@ -54,8 +75,15 @@ Json attach_tools(const Json& messages, const Json& tools);
 // "## Response Format: … You MUST strictly adhere to the following schema to reply:" + JSON.
 Json attach_response_format(const Json& messages, const Json& format);
 
-// The fixed "## Tools" block for a list of OpenAI tools ({"type":"function","function":{...}}).
-std::string render_tools(const Json& tools);
+// The fixed "## Tools" block for a list of OpenAI tools ({"type":"function","function":{...}});
+// the function definitions are caller text.
+Prompt render_tools(const Json& tools);
+
+// Which special tokens a generated answer shows as text (for IncrementalDecoder): those its
+// structure is read from, i.e. in thinking mode the first </think> (the end of the reasoning)
+// and, when tools were offered, ｜DSML｜ (tool calls). Any other special token the model samples
+// (<｜Assistant｜>, <｜User｜>, a second </think>, ...) is left out: no user sees control tokens.
+IncrementalDecoder::ShowSpecial answer_specials(const Tokenizer& tokenizer, ThinkingMode mode, bool tools);
 
 struct ToolCall {
   std::string id;

@@ -17,7 +17,8 @@ const std::string kParamOpen = "<" + kDsml + "parameter";
 const std::string kParamClose = "/" + kDsml + "parameter";
 const std::string kBlockClose = "</" + kDsml + "tool_calls>";
 
-std::string render_arguments(const Json& arguments) {
+// Key names and values are the caller's text; the markup around them is the format's.
+chat::Prompt render_arguments(const Json& arguments) {
   // The official encoder parses the arguments text; text that is not JSON becomes one string
   // parameter named "arguments". An already-parsed object (some clients send one) is used as is.
   Json parsed;
@@ -31,15 +32,17 @@ std::string render_arguments(const Json& arguments) {
     parsed = arguments;
   }
   if (!parsed.is_object()) fail("tool call arguments must be a JSON object, got {}", python_json_dumps(parsed));
-  std::string out;
+  chat::Prompt out;
   bool first = true;
   for (const auto& [key, value] : parsed.items()) {
-    if (!first) out += '\n';
+    if (!first) out.add_template("\n");
     first = false;
     const bool is_string = value.is_string();
-    out += "<" + kDsml + "parameter name=\"" + key + "\" string=\"" + (is_string ? "true" : "false") + "\">";
-    out += is_string ? value.get<std::string>() : python_json_dumps(value);
-    out += "</" + kDsml + "parameter>";
+    out.add_template("<" + kDsml + "parameter name=\"");
+    out.add_caller(key);
+    out.add_template(std::string("\" string=\"") + (is_string ? "true" : "false") + "\">");
+    out.add_caller(is_string ? value.get<std::string>() : python_json_dumps(value));
+    out.add_template("</" + kDsml + "parameter>");
   }
   return out;
 }
@@ -113,22 +116,25 @@ Parameter parse_parameter(std::string_view s) {
 
 std::string tool_calls_start() { return "\n\n<" + kDsml + "tool_calls"; }
 
-std::string render_tool_calls(const Json& tool_calls) {
+chat::Prompt render_tool_calls(const Json& tool_calls) {
   if (!tool_calls.is_array()) fail("tool_calls must be an array");
-  std::string out = "\n\n<" + kDsml + "tool_calls>\n";
+  chat::Prompt out;
+  out.add_template("\n\n<" + kDsml + "tool_calls>\n");
   bool first = true;
   for (const auto& call : tool_calls) {
     if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
       fail("tool_calls: each call needs a function object");
     const Json& function = call["function"];
     if (!function.contains("name") || !function["name"].is_string()) fail("tool_calls: function.name must be a string");
-    if (!first) out += '\n';
+    if (!first) out.add_template("\n");
     first = false;
-    out += "<" + kDsml + "invoke name=\"" + function["name"].get<std::string>() + "\">\n";
-    out += render_arguments(function.contains("arguments") ? function["arguments"] : Json("{}"));
-    out += "\n</" + kDsml + "invoke>";
+    out.add_template("<" + kDsml + "invoke name=\"");
+    out.add_caller(function["name"].get<std::string>());
+    out.add_template("\">\n");
+    out.add(render_arguments(function.contains("arguments") ? function["arguments"] : Json("{}")));
+    out.add_template("\n</" + kDsml + "invoke>");
   }
-  out += "\n</" + kDsml + "tool_calls>";
+  out.add_template("\n</" + kDsml + "tool_calls>");
   return out;
 }
 

@@ -20,8 +20,8 @@ namespace dsv4::text::dsml {
 std::string tool_calls_start();
 
 // The block for OpenAI tool calls [{"function":{"name", "arguments"}}] (arguments: a JSON text
-// or an already-parsed object), including the leading blank line.
-std::string render_tool_calls(const chat::Json& tool_calls);
+// or an already-parsed object), including the leading blank line; names and values are caller text.
+chat::Prompt render_tool_calls(const chat::Json& tool_calls);
 
 // Parses from just after tool_calls_start() through the closing </｜DSML｜tool_calls>; returns
 // the calls (ids left empty) and sets `end` to the index after the block. Throws Error.

@@ -38,11 +38,12 @@ struct RegexSplitter::Impl {
   std::unique_ptr<pcre2_match_context, ContextDeleter> context{pcre2_match_context_create(nullptr)};
   uint32_t max_capture_pairs = 1;
 
-  void split_step(size_t step, std::string_view text, pcre2_match_data* match,
-                  std::vector<std::string_view>& pieces) const {
+  // false once `pieces` is full (max_pieces): the caller stops splitting.
+  bool split_step(size_t step, std::string_view text, pcre2_match_data* match, std::vector<std::string_view>& pieces,
+                  size_t max_pieces) const {
     if (step == steps.size()) {
       pieces.push_back(text);
-      return;
+      return pieces.size() < max_pieces;
     }
     const pcre2_code* code = steps[step].get();
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -58,11 +59,13 @@ struct RegexSplitter::Impl {
       const size_t begin = ovector[0], end = ovector[1];
       if (end <= begin || begin < previous_end || end > text.size())
         fail("pre-tokenizer regex step {} returned an empty or invalid match", step);
-      if (begin > previous_end) split_step(step + 1, text.substr(previous_end, begin - previous_end), match, pieces);
-      split_step(step + 1, text.substr(begin, end - begin), match, pieces);
+      if (begin > previous_end &&
+          !split_step(step + 1, text.substr(previous_end, begin - previous_end), match, pieces, max_pieces))
+        return false;
+      if (!split_step(step + 1, text.substr(begin, end - begin), match, pieces, max_pieces)) return false;
       previous_end = end;
     }
-    if (previous_end < text.size()) split_step(step + 1, text.substr(previous_end), match, pieces);
+    return previous_end >= text.size() || split_step(step + 1, text.substr(previous_end), match, pieces, max_pieces);
   }
 };
 
@@ -106,12 +109,12 @@ void RegexSplitter::add_step(std::string_view pattern, bool literal, const std::
   impl_->steps.push_back(std::move(code));
 }
 
-void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
-  if (text.empty()) return;
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& pieces, size_t max_pieces) const {
+  if (text.empty() || pieces.size() >= max_pieces) return;
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
       pcre2_match_data_create(impl_->max_capture_pairs, nullptr));
   if (!match) fail("out of memory creating PCRE2 match data");
-  impl_->split_step(0, text, match.get(), pieces);
+  impl_->split_step(0, text, match.get(), pieces, max_pieces);
 }
 
 }  // namespace dsv4::text

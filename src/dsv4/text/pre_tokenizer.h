@@ -3,6 +3,7 @@
 // matches and the gaps between them; the last step's pieces are the words BPE sees.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,8 +23,10 @@ class RegexSplitter {
   void add_step(std::string_view pattern, bool literal, const std::string& where);
   size_t steps() const;
 
-  // Appends the pieces of `text` (which must be valid UTF-8) to `pieces`, in order. Thread-safe.
-  void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+  // Appends the pieces of `text` (which must be valid UTF-8) to `pieces`, in order, stopping
+  // once `pieces` holds `max_pieces` (so a bounded encode never splits more of a huge text than
+  // it can use). Thread-safe.
+  void split(std::string_view text, std::vector<std::string_view>& pieces, size_t max_pieces = SIZE_MAX) const;
 
  private:
   struct Impl;

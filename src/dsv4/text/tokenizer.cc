@@ -1,5 +1,7 @@
 #include "dsv4/text/tokenizer.h"
 
+#include <algorithm>
+
 #include <simdjson.h>
 
 #include "dsv4/text/tokenizer_impl.h"
@@ -44,45 +46,138 @@ Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source,
   return Tokenizer(load_tokenizer(padded, source, config_json, config_source));
 }
 
-void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<std::string_view>& pieces,
-                                   std::vector<TokenId>& out) const {
-  pieces.clear();
-  splitter.split(text, pieces);
-  for (std::string_view piece : pieces) bpe->encode_word(piece, out);
-}
+namespace {
 
-void Tokenizer::Impl::encode_normalized(std::string_view text, std::vector<std::string_view>& pieces,
-                                        std::vector<TokenId>& out) const {
+size_t saturating_mul(size_t a, size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
+
+// `text` made valid UTF-8 range by range (plain ranges and the text between them each on their
+// own), so the ranges still say which bytes came from where.
+struct Repaired {
+  std::string text;
+  std::vector<TextRange> plain;
+};
+Repaired repair(std::string_view text, std::span<const TextRange> plain) {
+  Repaired r;
   size_t pos = 0;
-  while (pos < text.size()) {
-    const auto m = normalized_added.find(text, pos);
-    if (m.end == 0) break;
-    if (m.begin > pos) encode_plain(text.substr(pos, m.begin - pos), pieces, out);
-    out.push_back(m.id);
-    pos = m.end;
+  for (const TextRange& range : plain) {
+    r.text += to_valid_utf8(text.substr(pos, range.begin - pos));
+    const size_t begin = r.text.size();
+    r.text += to_valid_utf8(text.substr(range.begin, range.end - range.begin));
+    r.plain.push_back({begin, r.text.size()});
+    pos = range.end;
   }
-  if (pos < text.size()) encode_plain(text.substr(pos), pieces, out);
+  r.text += to_valid_utf8(text.substr(pos));
+  return r;
 }
 
-std::vector<TokenId> Tokenizer::encode(std::string_view text) const {
-  std::string repaired;
+// One encode: added tokens are matched outside the plain ranges in two passes, as Hugging Face
+// does (those with normalized=false first, then the others in the text between), and the text
+// between matches is pre-tokenized and BPE-encoded. Every step stops once max_tokens is reached.
+class Encoder {
+ public:
+  Encoder(const Tokenizer::Impl& t, std::string_view text, std::span<const TextRange> plain, size_t max_tokens)
+      : t_(t), text_(text), plain_(plain), max_(max_tokens) {
+    out_.reserve(std::min(text.size() / 3 + 4, max_tokens));
+  }
+
+  std::vector<TokenId> run() && {
+    size_t pos = 0;
+    while (pos < text_.size() && !full()) {
+      const auto m = find_outside(t_.raw_added, pos, text_.size());
+      encode_normalized(pos, m.end ? m.begin : text_.size());
+      if (!m.end || full()) break;
+      out_.push_back(m.id);
+      pos = m.end;
+    }
+    if (out_.size() > max_) out_.resize(max_);
+    return std::move(out_);
+  }
+
+ private:
+  bool full() const { return out_.size() >= max_; }
+
+  // The leftmost-longest match in text[from, to) that lies entirely outside the plain ranges:
+  // the text outside them is searched stretch by stretch.
+  AddedTokenMatcher::Match find_outside(const AddedTokenMatcher& matcher, size_t from, size_t to) const {
+    if (matcher.empty()) return {0, 0, -1};
+    auto range = std::partition_point(plain_.begin(), plain_.end(), [&](const TextRange& r) { return r.end <= from; });
+    for (size_t stretch = from; stretch < to; ++range) {
+      const bool before_range = range != plain_.end() && range->begin < to;
+      const size_t stretch_end = before_range ? std::max(stretch, range->begin) : to;
+      if (stretch_end > stretch)
+        if (const auto m = matcher.find(text_.substr(0, stretch_end), stretch); m.end != 0) return m;
+      if (!before_range) break;
+      stretch = std::max(stretch, range->end);
+    }
+    return {0, 0, -1};
+  }
+
+  void encode_normalized(size_t pos, size_t end) {
+    while (pos < end && !full()) {
+      const auto m = find_outside(t_.normalized_added, pos, end);
+      encode_words(text_.substr(pos, (m.end ? m.begin : end) - pos));
+      if (!m.end || full()) return;
+      out_.push_back(m.id);
+      pos = m.end;
+    }
+  }
+
+  // Pre-tokenized words, BPE-encoded; no more words than tokens are still wanted (each word
+  // makes at least one token when every byte has one).
+  void encode_words(std::string_view text) {
+    if (text.empty()) return;
+    pieces_.clear();
+    t_.splitter.split(text, pieces_, t_.every_byte ? max_ - out_.size() : SIZE_MAX);
+    for (std::string_view piece : pieces_) {
+      if (full()) return;
+      const size_t room = max_ - out_.size();
+      if (t_.every_byte && piece.size() >= saturating_mul(room, t_.longest_word_bytes)) {
+        // This word alone makes at least `room` tokens: the count is all that is wanted, and
+        // merging a huge word would cost memory in proportion to it.
+        for (size_t i = 0; i < room; ++i) out_.push_back(t_.byte_tokens[static_cast<uint8_t>(piece[i])]);
+        return;
+      }
+      t_.bpe->encode_word(piece, out_);
+    }
+  }
+
+  const Tokenizer::Impl& t_;
+  std::string_view text_;
+  std::span<const TextRange> plain_;
+  size_t max_;
+  std::vector<TokenId> out_;
+  std::vector<std::string_view> pieces_;
+};
+
+}  // namespace
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text) const { return encode(text, {}, SIZE_MAX); }
+
+std::vector<TokenId> Tokenizer::encode_plain(std::string_view text, size_t max_tokens) const {
+  const TextRange all{0, text.size()};
+  return encode(text, std::span(&all, 1), max_tokens);
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, std::span<const TextRange> plain, size_t max_tokens) const {
+  for (size_t i = 0; i < plain.size(); ++i)
+    if (plain[i].begin > plain[i].end || plain[i].end > text.size() || (i > 0 && plain[i].begin < plain[i - 1].end))
+      fail("tokenizer: the plain ranges must be sorted, disjoint and inside the text");
+  // More bytes than max_tokens tokens can cover make at least max_tokens tokens: the rest of the
+  // text cannot change the answer, so it is not looked at (the + 4 leaves a character cut at the
+  // end, repaired to U+FFFD, still long enough).
+  const size_t enough = saturating_mul(max_tokens, impl_->longest_token_bytes);
+  if (impl_->every_byte && enough < SIZE_MAX - 4 && text.size() > enough + 4) text = text.substr(0, enough + 4);
+  std::vector<TextRange> clipped;
+  if (!plain.empty() && plain.back().end > text.size()) {
+    for (const TextRange& r : plain)
+      if (r.begin < text.size()) clipped.push_back({r.begin, std::min(r.end, text.size())});
+    plain = clipped;
+  }
   if (!is_valid_utf8(text)) {
-    repaired = to_valid_utf8(text);
-    text = repaired;
+    const Repaired r = repair(text, plain);
+    return Encoder(*impl_, r.text, r.plain, max_tokens).run();
   }
-  std::vector<TokenId> out;
-  out.reserve(text.size() / 3 + 4);
-  std::vector<std::string_view> pieces;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const auto m = impl_->raw_added.find(text, pos);
-    if (m.end == 0) break;
-    if (m.begin > pos) impl_->encode_normalized(text.substr(pos, m.begin - pos), pieces, out);
-    out.push_back(m.id);
-    pos = m.end;
-  }
-  if (pos < text.size()) impl_->encode_normalized(text.substr(pos), pieces, out);
-  return out;
+  return Encoder(*impl_, text, plain, max_tokens).run();
 }
 
 std::string_view Tokenizer::Impl::bytes_of(TokenId id) const {
@@ -102,6 +197,12 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) c
 }
 
 std::string Tokenizer::token_bytes(TokenId id) const { return std::string(impl_->bytes_of(id)); }
+
+std::vector<size_t> Tokenizer::token_offsets(std::span<const TokenId> ids) const {
+  std::vector<size_t> offsets(ids.size() + 1, 0);
+  for (size_t i = 0; i < ids.size(); ++i) offsets[i + 1] = offsets[i] + impl_->bytes_of(ids[i]).size();
+  return offsets;
+}
 
 std::optional<TokenId> Tokenizer::token_id(std::string_view token) const {
   if (auto it = impl_->added_by_text.find(token); it != impl_->added_by_text.end()) return it->second;
@@ -130,11 +231,16 @@ std::optional<TokenId> Tokenizer::eos_id() const { return impl_->eos; }
 size_t Tokenizer::cached_words() const { return impl_->bpe->cached_words(); }
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special)
-    : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+    : tokenizer_(&tokenizer) {
+  if (skip_special) show_special_ = [](TokenId) { return false; };
+}
+
+IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, ShowSpecial show_special)
+    : tokenizer_(&tokenizer), show_special_(std::move(show_special)) {}
 
 std::string IncrementalDecoder::push(TokenId id) {
   const std::string_view b = tokenizer_->impl_->bytes_of(id);
-  if (skip_special_ && tokenizer_->impl_->special[static_cast<size_t>(id)]) return {};
+  if (show_special_ && tokenizer_->impl_->special[static_cast<size_t>(id)] && !show_special_(id)) return {};
   pending_ += b;
   std::string out;
   const size_t used = append_utf8_lossy(pending_, /*final=*/false, out);

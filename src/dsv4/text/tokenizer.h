@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -29,6 +30,13 @@
 namespace dsv4::text {
 
 using TokenId = int32_t;
+
+// Bytes [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+  bool operator==(const TextRange&) const = default;
+};
 
 class IncrementalDecoder;
 
@@ -50,12 +58,28 @@ class Tokenizer {
   // ids, as Hugging Face does; nothing is added around the text (no BOS).
   std::vector<TokenId> encode(std::string_view text) const;
 
+  // The encoding of a prompt built around a caller's text, which must not become control
+  // tokens: added-token text is recognised only where it lies entirely outside the `plain`
+  // ranges (sorted, non-overlapping); inside them it is ordinary text. The text between the
+  // recognised tokens is tokenized exactly as encode() does, so a prompt whose plain ranges hold
+  // no added-token text gets encode()'s tokens.
+  // Stops after `max_tokens` tokens, having done work in proportion to max_tokens rather than to
+  // the text's size: a result of max_tokens tokens only says "at least this many" (its last tokens
+  // need not be the full encoding's). Ask for limit + 1 to learn whether a text fits a limit.
+  std::vector<TokenId> encode(std::string_view text, std::span<const TextRange> plain,
+                              size_t max_tokens = SIZE_MAX) const;
+  // encode() with every added-token string taken as ordinary text (no control tokens at all).
+  std::vector<TokenId> encode_plain(std::string_view text, size_t max_tokens = SIZE_MAX) const;
+
   // The text of `ids`; bytes that do not form valid UTF-8 come out as U+FFFD. Throws Error for an
   // id that names no token. With skip_special, tokens marked "special" are left out.
   std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
 
   // The raw bytes one token stands for (for an added token: its text). Throws Error if unknown.
   std::string token_bytes(TokenId id) const;
+  // Where each token's bytes begin in the bytes of all `ids`, and then their total (ids.size() + 1
+  // offsets). Throws Error for an unknown id.
+  std::vector<size_t> token_offsets(std::span<const TokenId> ids) const;
 
   // The id of an added token by its text (e.g. "<｜User｜>"), else of a vocabulary entry by its
   // tokenizer.json spelling (e.g. "Ġthe"); nothing if neither exists.
@@ -87,11 +111,16 @@ class Tokenizer {
 };
 
 // Streaming detokenizer: push ids one at a time and receive only complete UTF-8 text. The
-// concatenation of every push() and the final finish() equals Tokenizer::decode of all ids.
+// concatenation of every push() and the final finish() equals Tokenizer::decode of all ids
+// (of those it shows, when it leaves special tokens out).
 // Keeps a reference to the tokenizer, which must outlive it.
 class IncrementalDecoder {
  public:
+  // Which special tokens come out as text (the others come out as nothing); null: all of them.
+  using ShowSpecial = std::function<bool(TokenId)>;
+
   explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special = false);
+  IncrementalDecoder(const Tokenizer& tokenizer, ShowSpecial show_special);
 
   // Text that became complete with this token (may be empty while a character is split over
   // several tokens). Throws Error for an unknown id.
@@ -103,7 +132,7 @@ class IncrementalDecoder {
 
  private:
   const Tokenizer* tokenizer_;
-  bool skip_special_;
+  ShowSpecial show_special_;
   std::string pending_;
 };
 

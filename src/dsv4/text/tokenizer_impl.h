@@ -2,6 +2,7 @@
 // encode/decode code (tokenizer.cc). Not part of the public interface.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,8 +47,13 @@ struct Tokenizer::Impl {
   std::optional<TokenId> bos;
   std::optional<TokenId> eos;
 
-  void encode_plain(std::string_view text, std::vector<std::string_view>& pieces, std::vector<TokenId>& out) const;
-  void encode_normalized(std::string_view text, std::vector<std::string_view>& pieces, std::vector<TokenId>& out) const;
+  // What bounds a bounded encode: when every byte has a token, n bytes of text make at least
+  // n / longest_token_bytes tokens (n / longest_word_bytes within one pre-tokenized word).
+  bool every_byte = false;
+  size_t longest_token_bytes = 1;  // the most bytes any token stands for, added tokens included
+  size_t longest_word_bytes = 1;   // ... any vocabulary token (what BPE can produce)
+  std::array<TokenId, 256> byte_tokens{};
+
   std::string_view bytes_of(TokenId id) const;
 };
 

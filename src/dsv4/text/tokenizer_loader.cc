@@ -1,6 +1,8 @@
 // tokenizer.json → Tokenizer::Impl. The file may be hostile: every size is capped, every id and
 // reference is validated, and anything this tokenizer does not implement exactly is refused with
 // one line naming the file and the JSON field.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
 
@@ -390,6 +392,13 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json, const std
     (t.normalized ? impl->normalized_added : impl->raw_added).add(t.content, t.id);
   }
   impl->bpe = std::make_unique<BpeModel>(byte_tokens, std::move(merges), ignore_merges ? &impl->vocab_by_bytes : nullptr);
+  impl->byte_tokens = byte_tokens;
+  impl->every_byte = std::all_of(byte_tokens.begin(), byte_tokens.end(), [](TokenId id) { return id >= 0; });
+  for (size_t i = 0; i < size; ++i) {
+    const size_t n = impl->bytes[i].size();
+    impl->longest_token_bytes = std::max(impl->longest_token_bytes, n);
+    if (!impl->added[i]) impl->longest_word_bytes = std::max(impl->longest_word_bytes, n);
+  }
 
   if (!config_json.empty()) {
     nlohmann::json config;
