@@ -22,6 +22,7 @@
 #include "dsv4/runtime/model_loader.h"
 #include "dsv4/synth/synth.h"
 #include "dsv4/util/error.h"
+#include "synth_util.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -165,26 +166,8 @@ TEST(Relayout, ExpertReadPlans) {
 // contiguous one on request, with the same tensor bytes.
 TEST(Synth, OfficialLayoutByDefault) {
   TempDir tmp;
-  SynthOptions o;
-  o.layers = 2;
-  o.experts = 8;
-  o.experts_per_token = 2;
-  o.hidden = 256;
-  o.heads = 4;
-  o.head_dim = 64;
-  o.rope_dim = 16;
-  o.q_lora = 64;
-  o.o_groups = 2;
-  o.o_lora = 32;
-  o.moe_inter = 128;
-  o.vocab = 300;
-  o.index_heads = 4;
-  o.index_head_dim = 32;
-  o.index_topk = 8;
-  o.sliding_window = 16;
+  SynthOptions o = test::small_synth(tmp / "official", 2);
   o.mtp_layers = 1;
-  o.drop_page_cache = false;
-  o.out = tmp / "official";
   synthesize(o);
   SynthOptions c = o;
   c.out = tmp / "contiguous";

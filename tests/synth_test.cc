@@ -13,6 +13,7 @@
 #include "dsv4/model/engine.h"
 #include "dsv4/synth/synth.h"
 #include "dsv4/util/error.h"
+#include "synth_util.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -23,28 +24,7 @@ using test::fixture;
 using test::read_file;
 using test::TempDir;
 
-SynthOptions small(const std::string& out) {
-  SynthOptions o;
-  o.out = out;
-  o.layers = 3;
-  o.experts = 8;
-  o.experts_per_token = 2;
-  o.hidden = 256;
-  o.heads = 4;
-  o.head_dim = 64;
-  o.rope_dim = 16;
-  o.q_lora = 64;
-  o.o_groups = 2;
-  o.o_lora = 32;
-  o.moe_inter = 128;
-  o.vocab = 300;
-  o.index_heads = 4;
-  o.index_head_dim = 32;
-  o.index_topk = 8;
-  o.sliding_window = 16;
-  o.drop_page_cache = false;
-  return o;
-}
+SynthOptions small(const std::string& out) { return test::small_synth(out, 3); }
 
 std::map<std::string, std::string> files_of(const std::string& dir) {
   std::map<std::string, std::string> out;
