@@ -70,6 +70,52 @@ if [[ "${DSV4_SETUP_AARCH64:-1}" == 1 ]]; then
   fi
 fi
 
+# The Windows stage of scripts/test.sh (dsv4.exe and the Windows tests, cross-compiled with
+# Debian's MinGW-w64 and run under wine): the toolchain, wine, and the third-party code the
+# Windows build needs, all from Debian: the header-only -dev packages (linked under
+# build/win-deps/include, away from glibc's headers) and the source packages of PCRE2 and
+# simdjson (apt-get source, from a deb-src entry this adds), which the cross build compiles.
+# DSV4_SETUP_WINDOWS=0 skips all of it.
+if [[ "${DSV4_SETUP_WINDOWS:-1}" == 1 ]]; then
+  SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
+  WIN_PACKAGES=(g++-mingw-w64-x86-64-posix wine wine64 dpkg-dev)
+  missing=()
+  for p in "${WIN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  deps=build/win-deps
+  if [[ ! -f $deps/.dsv4-ready ]]; then
+    echo "setup: preparing the Windows dependencies in $deps"
+    if ! apt-get source --print-uris pcre2 >/dev/null 2>&1; then
+      $SUDO tee /etc/apt/sources.list.d/dsv4-deb-src.sources >/dev/null <<'SOURCES'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+      $SUDO apt-get update -qq
+    fi
+    rm -rf "$deps"
+    mkdir -p "$deps/src" "$deps/include"
+    tmp=$(mktemp -d)
+    chmod 777 "$tmp"  # apt-get source downloads as _apt
+    (cd "$tmp" && apt-get source --download-only -qq pcre2 simdjson >/dev/null 2>&1)
+    for dsc in "$tmp"/pcre2_*.dsc "$tmp"/simdjson_*.dsc; do
+      name=$(basename "$dsc"); name=${name%%_*}
+      dpkg-source -q -x --no-check "$dsc" "$deps/src/$name" >/dev/null
+    done
+    rm -rf "$tmp" "$deps"/src/*.tar.*
+    for h in nlohmann fmt boost CLI gtest gmock httplib.h xxhash.h; do ln -s "/usr/include/$h" "$deps/include/$h"; done
+    touch "$deps/.dsv4-ready"
+  fi
+fi
+
 # npm packages for the test oracles (pinned in tests/node/package.json).
 if [[ -f tests/node/package.json ]]; then
   if [[ ! -f tests/node/node_modules/.dsv4-installed ]] ||

@@ -3,8 +3,6 @@
 // planner and --ram, and peak RSS within the budget.
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -23,7 +21,7 @@
 #include "dsv4/experts/expert_store.h"
 #include "dsv4/runtime/model_loader.h"
 #include "dsv4/runtime/planner.h"
-#include "dsv4/experts/read_queue.h"
+#include "dsv4/platform/read_queue.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
 #include "dsv4/model/engine.h"
@@ -180,12 +178,12 @@ TEST_P(ExpertStoreBitExact, SameBitsAsResident) {
 
 INSTANTIATE_TEST_SUITE_P(
     Budgets, ExpertStoreBitExact,
-    ::testing::Values(Budgeted{"tiny-a", "min", IoBackend::kUring, true},
+    ::testing::Values(Budgeted{"tiny-a", "min", IoBackend::kNative, true},
                       Budgeted{"tiny-a", "middle", IoBackend::kThreads, true},
                       Budgeted{"tiny-a", "min", IoBackend::kThreads, false},
                       Budgeted{"flashlike", "min", IoBackend::kAuto, true, ExpertLookahead::kAll},
-                      Budgeted{"flashlike", "middle", IoBackend::kUring, true},
-                      Budgeted{"tiny-a", "min", IoBackend::kUring, true, ExpertLookahead::kOff}),
+                      Budgeted{"flashlike", "middle", IoBackend::kNative, true},
+                      Budgeted{"tiny-a", "min", IoBackend::kNative, true, ExpertLookahead::kOff}),
     [](const auto& info) {
       const Budgeted& b = info.param;
       std::string name = b.fixture + "_" + b.budget + "_" + (b.backend == IoBackend::kThreads ? "threads" : "uring") +
@@ -286,7 +284,7 @@ TEST(ExpertStore, PrefetchDropsTheLayersQueuedGuesses) {
 // scale sit in different shards), equal the checkpoint's bytes.
 TEST(ExpertStore, BytesMatchCheckpoint) {
   for (const char* name : {"tiny-a", "flashlike"}) {
-    for (IoBackend backend : {IoBackend::kUring, IoBackend::kThreads}) {
+    for (IoBackend backend : {IoBackend::kNative, IoBackend::kThreads}) {
       Checkpoint ck = Checkpoint::open(fixture(name));
       ExpertStoreOptions o;
       o.slots = 3;
@@ -390,7 +388,7 @@ TEST(ExpertStore, CountsHitsMissesAndBytes) {
 // A shard that goes bad after opening: the read error names the shard, the store stays
 // usable for other experts and shuts down cleanly.
 TEST(ExpertStore, ReadErrorNamesTheShard) {
-  for (IoBackend backend : {IoBackend::kUring, IoBackend::kThreads}) {
+  for (IoBackend backend : {IoBackend::kNative, IoBackend::kThreads}) {
     test::TempDir tmp;
     const std::string dir = tmp / "ck";
     test::copy_dir(fixture("tiny-a"), dir);
@@ -401,7 +399,7 @@ TEST(ExpertStore, ReadErrorNamesTheShard) {
     o.slots = 3;
     o.backend = backend;
     ExpertStore store(ck, o);
-    ASSERT_EQ(::truncate(shard.c_str(), 4096), 0);
+    std::filesystem::resize_file(shard, 4096);
     try {
       store.acquire(4, 0);
       FAIL() << "reading a truncated shard must throw";
@@ -441,7 +439,7 @@ TEST(ReadQueue, FallsBackToBufferedWhenDirectIsRefused) {
       done = true;
       cv.notify_all();
     };
-    std::unique_ptr<ReadQueue> q = uring ? make_uring_read_queue(2, on_done) : make_thread_read_queue(2, on_done);
+    std::unique_ptr<ReadQueue> q = uring ? make_native_read_queue(2, on_done) : make_thread_read_queue(2, on_done);
     ASSERT_NE(q, nullptr);
     AlignedBuffer buffer(3 * 4096);
     ReadOp op;

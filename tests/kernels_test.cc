@@ -4,7 +4,6 @@
 // against the fixture's exact dequantisation.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +19,7 @@
 #include "dsv4/io/safetensors.h"
 #include "dsv4/kernels/formats.h"
 #include "dsv4/kernels/kernels.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/kernels/kernels_internal.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/thread_pool.h"
@@ -818,14 +818,9 @@ TEST(KernelBench, JsonFieldsAndForcedPath) {
 }
 
 TEST(KernelBench, UnknownForcedPathNamesTheVariable) {
-  std::string cmd = std::string("DSV4_KERNELS=sse9 ") + DSV4_BINARY + " bench kernels --n 16 --format fp4 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
   std::string out;
-  char buf[256];
-  while (fgets(buf, sizeof buf, f)) out += buf;
-  int status = pclose(f);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  const int status = platform::run_shell(std::string("DSV4_KERNELS=sse9 ") + DSV4_BINARY + " bench kernels --n 16 --format fp4 2>&1", &out);
+  EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("DSV4_KERNELS=sse9: expected one of auto, scalar, avx2, avxvnni, avx512"), std::string::npos) << out;
 }
 

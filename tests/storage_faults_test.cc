@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv4/experts/expert_store.h"
-#include "dsv4/experts/read_queue.h"
+#include "dsv4/platform/read_queue.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/model_loader.h"

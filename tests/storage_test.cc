@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include <unistd.h>
 
 #include <cmath>
 #include <condition_variable>
@@ -22,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv4/experts/expert_store.h"
-#include "dsv4/experts/read_queue.h"
+#include "dsv4/platform/read_queue.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/model/engine.h"
 #include "dsv4/runtime/model_loader.h"
@@ -80,7 +79,7 @@ QueueRun read_through_queue(IoBackend backend, const std::shared_ptr<IoFaults>& 
     done = true;
     cv.notify_all();
   };
-  std::unique_ptr<ReadQueue> q = backend == IoBackend::kUring ? make_uring_read_queue(2, on_done, faults)
+  std::unique_ptr<ReadQueue> q = backend == IoBackend::kNative ? make_native_read_queue(2, on_done, faults)
                                                                : make_thread_read_queue(2, on_done, faults);
   ReadOp op;
   op.fd = op.buffered_fd = file.fd();
@@ -183,7 +182,7 @@ TEST(StoreFaults, ShortReadsAreContinued) {
 // The number of read requests per expert is the layout's minimum when nothing goes wrong.
 TEST(StoreFaults, EachExpertIsReadInAsFewRequestsAsItsPlacementAllows) {
   Checkpoint ck = Checkpoint::open(fixture("flashlike"));
-  ExpertStore store(ck, store_options(IoBackend::kUring, 3));
+  ExpertStore store(ck, store_options(IoBackend::kNative, 3));
   for (int e : {0, 8, 15}) {
     store.acquire(3, e);
     store.release(3, e);
@@ -240,7 +239,7 @@ TEST(StoreFaults, MirrorsMustBeIdenticalCopies) {
   ExpertStoreOptions partial = store_options(IoBackend::kThreads);
   partial.mirrors = {mirror.dir};
   EXPECT_NO_THROW(ExpertStore(ck, partial));
-  ASSERT_EQ(::truncate((mirror.dir + "/" + shard).c_str(), 100000), 0);
+  fs::resize_file(mirror.dir + "/" + shard, 100000);
   refused(mirror.dir, mirror.dir + "/" + shard);
   test::write_file(mirror.dir + "/config.json", "{}");
   refused(mirror.dir, "config.json differs");
@@ -269,7 +268,7 @@ TEST(StoreFaults, MirrorsAreCheckedWhenEveryExpertIsResident) {
   EXPECT_TRUE(contains(missing.err, "dsv4: error: --mirror " + (primary.tmp / "nowhere") + ": not a directory"))
       << missing.err;
   EXPECT_EQ(error_lines(missing.err), 1) << missing.err;
-  ASSERT_EQ(::truncate((mirror.dir + "/" + shard).c_str(), 100000), 0);
+  fs::resize_file(mirror.dir + "/" + shard, 100000);
   const test::CommandResult truncated = generate(mirror.dir);
   EXPECT_EQ(truncated.exit_code, 1) << truncated.err;
   EXPECT_TRUE(contains(truncated.err, "dsv4: error: " + mirror.dir + "/" + shard + ": mirror copy is 100000 bytes"))
@@ -282,7 +281,7 @@ TEST(StoreFaults, MirrorsAreCheckedWhenEveryExpertIsResident) {
 TEST(StoreFaults, ReadSharesSplitTheExperts) {
   Copy primary("flashlike"), mirror("flashlike", "mirror");
   Checkpoint ck = Checkpoint::open(primary.dir);
-  ExpertStoreOptions o = store_options(IoBackend::kUring);
+  ExpertStoreOptions o = store_options(IoBackend::kNative);
   o.mirrors = {mirror.dir};
   o.read_shares = {3, 1};
   ExpertStore store(ck, o);
@@ -403,7 +402,7 @@ TEST(StoreFaults, ABadScaleBlamesThePieceThatBroughtIt) {
         const std::string name = fs::path(loc.parts[part].shard->path()).filename().string();
         poke((in_mirror ? mirror.dir : primary.dir) + "/" + name, byte, 0xFF);
         Checkpoint ck = Checkpoint::open(primary.dir);
-        ExpertStoreOptions o = store_options(IoBackend::kUring);
+        ExpertStoreOptions o = store_options(IoBackend::kNative);
         o.mirrors = {mirror.dir};
         o.read_shares = {1, 1};
         o.min_piece_bytes = 4096;
@@ -433,7 +432,7 @@ TEST(ShardWatch, TruncatedShardIsRefusedAndAnMvRestoreRecovers) {
     store.release(1, 0);
     fs::copy_file(fixture("tiny-a") + "/" + fs::path(shard).filename().string(), c.tmp / "good");
     fs::permissions(c.tmp / "good", fs::perms::owner_write, fs::perm_options::add);
-    ASSERT_EQ(::truncate(shard.c_str(), static_cast<off_t>(fs::file_size(shard) - 1)), 0);
+    fs::resize_file(shard, fs::file_size(shard) - 1);
     for (int e : {1, 2, 3}) {  // new reads from that shard (the last bytes are not theirs)
       ASSERT_EQ(locate_expert(ck, 1, e).parts[0].shard->path(), shard);
       try {
@@ -458,7 +457,7 @@ TEST(ShardWatch, TruncatedShardIsRefusedAndAnMvRestoreRecovers) {
 TEST(ShardWatch, AShardReplacedByAnotherFileIsRefused) {
   Copy c("tiny-a"), other("flashlike", "other");
   Checkpoint ck = Checkpoint::open(c.dir);
-  ExpertStore store(ck, store_options(IoBackend::kUring, 2));
+  ExpertStore store(ck, store_options(IoBackend::kNative, 2));
   const std::string shard = locate_expert(ck, 2, 0).parts[0].shard->path();
   const std::string name = fs::path(shard).filename().string();
   fs::rename(other.dir + "/" + name, shard);

@@ -105,7 +105,7 @@ inline LoadOptions streamed(IoBackend backend, std::shared_ptr<IoFaults> faults 
   return o;
 }
 
-inline constexpr IoBackend kBackends[] = {IoBackend::kUring, IoBackend::kThreads};
+inline constexpr IoBackend kBackends[] = {IoBackend::kNative, IoBackend::kThreads};
 inline const char* name(IoBackend b) { return b == IoBackend::kThreads ? "threads" : "io_uring"; }
 
 struct BadScale {

@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include "dsv4/io/checkpoint.h"
+#include <fmt/format.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
+#include "dsv4/io/checkpoint.h"
+#include "dsv4/platform/platform.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -135,14 +136,22 @@ TempDir::TempDir() {
   const char* base = std::getenv("DSV4_TEST_TMP");
   std::string root = base ? base : "/tmp";
   std::filesystem::create_directories(root);
-  std::string templ = root + "/dsv4-XXXXXX";
-  if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-  path_ = templ;
+  std::random_device seed;
+  std::mt19937_64 rng((uint64_t(seed()) << 32) ^ seed() ^ uint64_t(platform::process_id()));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::string candidate = fmt::format("{}/dsv4-{:012x}", root, rng() & 0xFFFFFFFFFFFFull);
+    std::error_code ec;
+    if (std::filesystem::create_directory(candidate, ec)) {  // false: it existed (or failed)
+      path_ = candidate;
+      return;
+    }
+  }
+  throw std::runtime_error("cannot create a temporary directory under " + root);
 }
 
 TempDir::~TempDir() {
   std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  std::filesystem::remove_all(platform::fs_path(path_), ec);
 }
 
 CommandResult run_dsv4(const std::string& args, const std::string& input, int timeout_s) {
@@ -150,33 +159,33 @@ CommandResult run_dsv4(const std::string& args, const std::string& input, int ti
   write_file(tmp / "in", input);
   std::string cmd = "timeout " + std::to_string(timeout_s) + " " + DSV4_BINARY + " " + args + " <" + tmp / "in" +
                     " >" + tmp / "out" + " 2>" + tmp / "err";
-  int status = std::system(cmd.c_str());
   CommandResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = platform::run_shell(cmd);
   r.out = read_file(tmp / "out");
   r.err = read_file(tmp / "err");
   return r;
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
+  std::ofstream f(platform::fs_path(path), std::ios::binary);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(platform::fs_path(path), std::ios::binary);
   std::ostringstream s;
   s << f.rdbuf();
   return s.str();
 }
 
 void copy_dir(const std::string& from, const std::string& to) {
-  std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+  const std::filesystem::path dst = platform::fs_path(to);
+  std::filesystem::copy(platform::fs_path(from), dst, std::filesystem::copy_options::recursive);
   // Fixtures are read-only; the copies are meant to be mutated.
-  for (auto& e : std::filesystem::recursive_directory_iterator(to))
+  for (auto& e : std::filesystem::recursive_directory_iterator(dst))
     std::filesystem::permissions(e.path(), std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
-  std::filesystem::permissions(to, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  std::filesystem::permissions(dst, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
 }
 
 }  // namespace dsv4::test

@@ -176,11 +176,11 @@ ReplayReport replay_report(const BenchModelOptions& o, const Checkpoint& ck, con
     bool exact_only = false;
   };
   for (double scale : {1.0, 2.0}) {
-    for (const Variant& v : {Variant{"io_uring, no lookahead", IoBackend::kUring, 0},
-                             Variant{"io_uring, exact lookahead (hash)", IoBackend::kUring, 1, true},
-                             Variant{"io_uring, lookahead idle-only x1", IoBackend::kUring, 1},
-                             Variant{"io_uring, lookahead idle-only x2", IoBackend::kUring, 2},
-                             Variant{"io_uring, lookahead eager", IoBackend::kUring, -1},
+    for (const Variant& v : {Variant{"io_uring, no lookahead", IoBackend::kNative, 0},
+                             Variant{"io_uring, exact lookahead (hash)", IoBackend::kNative, 1, true},
+                             Variant{"io_uring, lookahead idle-only x1", IoBackend::kNative, 1},
+                             Variant{"io_uring, lookahead idle-only x2", IoBackend::kNative, 2},
+                             Variant{"io_uring, lookahead eager", IoBackend::kNative, -1},
                              Variant{"threads, no lookahead", IoBackend::kThreads, 0},
                              Variant{"threads, lookahead idle-only x1", IoBackend::kThreads, 1}}) {
       ExpertStoreOptions vo = so;

@@ -1,3 +1,4 @@
+#include "dsv4/platform/platform.h"
 #include "dsv4/bench/expert_trace.h"
 
 #include <chrono>
@@ -54,7 +55,7 @@ void TracingProvider::release(int layer, int expert) {
 }
 
 void save_trace(const std::string& path, const std::vector<ExpertEvent>& events) {
-  FILE* f = std::fopen(path.c_str(), "w");
+  FILE* f = platform::fopen_utf8(path, "w");
   if (!f) fail("{}: cannot create", path);
   static const char kKinds[] = "PFARTE";
   for (const ExpertEvent& e : events) {

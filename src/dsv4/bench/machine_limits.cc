@@ -1,4 +1,5 @@
 #include "dsv4/bench/machine_limits.h"
+#include "dsv4/platform/platform.h"
 
 #include <algorithm>
 #include <atomic>
@@ -54,7 +55,7 @@ double measure_dram_read_gbps(ThreadPool* pool, int64_t bytes, int reps) {
   const detail::Table& t = detail::active_table();
   const int threads = pool ? pool->size() : 1;
   bytes = bytes / (64 * threads) * (64 * threads);
-  void* buf = std::aligned_alloc(64, static_cast<size_t>(bytes));
+  void* buf = platform::aligned_alloc(64, static_cast<size_t>(bytes));
   if (!buf) fail("bench: cannot allocate {} bytes for the DRAM probe", bytes);
   // Touch every page from the threads that will read it (first-touch placement), non-zero data.
   const int64_t part = bytes / threads;
@@ -68,7 +69,7 @@ double measure_dram_read_gbps(ThreadPool* pool, int64_t bytes, int reps) {
     });
     gbps.push_back(static_cast<double>(bytes) / sec / 1e9);
   }
-  std::free(buf);
+  platform::aligned_free(buf);
   return median(gbps);
 }
 

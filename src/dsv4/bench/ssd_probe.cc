@@ -1,14 +1,13 @@
 #include "dsv4/bench/ssd_probe.h"
 
-#include <fcntl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 
-#include "dsv4/experts/read_queue.h"
+#include "dsv4/platform/read_queue.h"
 #include "dsv4/util/error.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/file.h"
 
 namespace dsv4 {
@@ -16,7 +15,7 @@ namespace dsv4 {
 void drop_page_cache(const std::vector<std::string>& files) {
   for (const std::string& path : files) {
     File f = File::open_read(path);
-    ::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
+    platform::drop_cached_pages(f.fd());
   }
 }
 
@@ -78,7 +77,7 @@ SsdProbeResult probe_direct_read(const std::vector<std::string>& files, uint64_t
     if (next < blocks.size() && error.empty()) submit(static_cast<size_t>(slot));
     finished.notify_all();
   };
-  if (backend != IoBackend::kThreads) queue = make_uring_read_queue(depth, on_done);
+  if (backend != IoBackend::kThreads) queue = make_native_read_queue(depth, on_done);
   if (!queue) queue = make_thread_read_queue(depth, on_done);
 
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,4 +1,5 @@
 #include "dsv4/cli/common.h"
+#include "dsv4/platform/platform.h"
 
 #include "dsv4/runtime/speculative.h"
 
@@ -50,12 +51,12 @@ std::string find_demo_model(const std::string& override_dir) {
     return override_dir;
   }
   std::error_code ec;
-  std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe", ec);
+  std::filesystem::path exe = std::filesystem::canonical(platform::fs_path(platform::executable_path()), ec);
   std::vector<std::string> tried;
   if (!ec) {
     std::filesystem::path p = exe.parent_path();
     for (int up = 0; up < 4 && !p.empty(); ++up, p = p.parent_path()) {
-      const std::string candidate = (p / "models" / "demo").string();
+      const std::string candidate = platform::utf8_path(p / "models" / "demo");
       if (has_config(candidate)) return candidate;
       tried.push_back(candidate);
       if (p == p.root_path()) break;

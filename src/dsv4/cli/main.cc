@@ -16,6 +16,7 @@
 
 #include "dsv4/bench/bench.h"
 #include "dsv4/cli/commands.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/kernels/kernels.h"
 #include "dsv4/runtime/settings.h"
 #include "dsv4/util/error.h"
@@ -367,7 +368,15 @@ std::string suggest_flag(CLI::App& app, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int native_argc, char** native_argv) {
+  dsv4::platform::init_console();
+  // UTF-8 arguments on every OS (Windows passes them wide: a model folder named in Cyrillic).
+  std::vector<std::string> args = dsv4::platform::utf8_arguments(native_argc, native_argv);
+  std::vector<char*> arg_pointers;
+  for (std::string& a : args) arg_pointers.push_back(a.data());
+  arg_pointers.push_back(nullptr);
+  const int argc = static_cast<int>(args.size());
+  char** argv = arg_pointers.data();
   CLI::App app{"dsv4: DeepSeek V4 Flash on an ordinary CPU machine, from the official checkpoint"};
   app.name("dsv4");
   app.require_subcommand(1);

@@ -1,8 +1,5 @@
 // dsv4 run (one prompt, streamed) and dsv4 chat (multi-turn REPL that keeps the session
 // between turns, so each turn prefills only its new tokens).
-#include <signal.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include "dsv4/cli/common.h"
 #include "dsv4/constrain/answer_grammar.h"
 #include "dsv4/constrain/matcher.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/runtime/chat_session.h"
 #include "dsv4/text/chat_format.h"
 #include "dsv4/util/error.h"
@@ -31,18 +29,12 @@ namespace chat = text::chat;
 std::atomic<bool> g_cancel{false};
 std::atomic<int> g_interrupts{0};
 
-void on_sigint(int) {
+void on_interrupt() {
   g_cancel.store(true);
-  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+  if (g_interrupts.fetch_add(1) >= 1) platform::exit_now(130);
 }
 
-void install_sigint() {
-  struct sigaction sa {};
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocked read returns EINTR
-  sigaction(SIGINT, &sa, nullptr);
-}
+void install_sigint() { platform::on_interrupt(on_interrupt); }
 
 chat::EncodeOptions encode_options(const ChatStyle& style, bool add_bos) {
   chat::EncodeOptions e;
@@ -200,7 +192,7 @@ int run(const RunOptions& o) {
   std::string prompt_text;
   for (const std::string& part : o.prompt) prompt_text += (prompt_text.empty() ? "" : " ") + part;
   if (o.prompt.empty()) {
-    if (isatty(0)) fail("no prompt: give it as an argument (dsv4 run \"...\") or on stdin");
+    if (platform::is_terminal(0)) fail("no prompt: give it as an argument (dsv4 run \"...\") or on stdin");
     prompt_text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   if (prompt_text.empty()) fail("the prompt is empty");
@@ -264,13 +256,13 @@ int run(const RunOptions& o) {
 
 namespace {
 
-// Reads one line from stdin with read(2) so Ctrl-C interrupts it. false on EOF or interrupt.
+// Reads one line from stdin unbuffered so Ctrl-C interrupts it. false on EOF or interrupt.
 bool read_line(std::string* line, bool* interrupted) {
   line->clear();
   *interrupted = false;
   char ch;
   for (;;) {
-    ssize_t n = ::read(0, &ch, 1);
+    const int64_t n = platform::read_stdin(&ch, 1);
     if (n < 0 && errno == EINTR) {
       *interrupted = true;
       return false;
@@ -291,7 +283,7 @@ int chat(const ChatOptions& o) {
   LoadedModel lm = load_model(o.model, interactive_workload(o.model), mtp_load_for(o.sampling.spec));
   announce_demo(lm);
   install_sigint();
-  const bool tty = isatty(0) && isatty(1);
+  const bool tty = platform::is_terminal(0) && platform::is_terminal(1);
   ChatStyle style = o.style;
   const int64_t limit = lm.engine->context_limit();
 

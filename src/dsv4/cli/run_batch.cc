@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "dsv4/platform/platform.h"
 #include "dsv4/cli/common.h"
 #include "dsv4/text/chat_format.h"
 #include "dsv4/text/utf8.h"
@@ -124,7 +125,7 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
     if (reader.failed()) fail("{}: read failed (--batch)", o.batch);
   }
   if (std::all_of(texts.begin(), texts.end(), blank)) fail("{}: no prompts (--batch)", o.batch);
-  std::FILE* out = std::fopen(o.batch_out.c_str(), "w");
+  std::FILE* out = platform::fopen_utf8(o.batch_out, "w");
   if (!out) fail("{}: cannot write (--out)", o.batch_out);
 
   WorkloadShape workload = interactive_workload(o.model);

@@ -1,9 +1,5 @@
 // dsv4 serve: loads the model, then serves the OpenAI-compatible API and the web chat page
 // (src/dsv4/server/) until SIGINT or SIGTERM, which shut it down cleanly.
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -15,32 +11,20 @@
 #include <fmt/format.h>
 
 #include "dsv4/cli/common.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/server/http_server.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4::cli {
 namespace {
 
-// SIGINT and SIGTERM are blocked in every thread (the mask is inherited by the engine's and
-// server's threads, which are created later) and taken by sigtimedwait on a thread of their
-// own, which can then run an ordinary function (stopping the server) instead of a handler that
-// may only touch atomics. While the model loads a signal exits at once; while serving, the
-// first one starts a clean shutdown; during the shutdown a repeated SIGTERM is ignored (tools
-// like timeout(1) deliver it twice, to the process and to its group) and a second Ctrl-C exits
-// at once.
+// While the model loads a signal exits at once; while serving, the first one starts a clean
+// shutdown; during the shutdown a repeated SIGTERM is ignored (tools like timeout(1) deliver it
+// twice, to the process and to its group) and a second Ctrl-C exits at once. The signals arrive
+// on platform::SignalThread's own thread, which may stop the server with ordinary code.
 class SignalWatcher {
  public:
-  SignalWatcher() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-    thread_ = std::thread([this] { watch(); });
-  }
-  ~SignalWatcher() {
-    done_ = true;
-    thread_.join();
-  }
+  SignalWatcher() : thread_([this](bool interrupt) { on_signal(interrupt); }) {}
   SignalWatcher(const SignalWatcher&) = delete;
   SignalWatcher& operator=(const SignalWatcher&) = delete;
 
@@ -60,37 +44,30 @@ class SignalWatcher {
  private:
   enum class Phase { kStarting, kServing, kStopping };
 
-  void watch() {
-    const timespec tick{0, 100'000'000};
-    while (!done_) {
-      const int sig = sigtimedwait(&set_, nullptr, &tick);
-      if (sig < 0) continue;
-      std::function<void()> stop;
-      {
-        std::lock_guard lock(mu_);
-        if (phase_ == Phase::kStarting) {
-          std::fputs("dsv4 serve: interrupted\n", stderr);
-          _exit(130);
-        }
-        if (phase_ == Phase::kStopping) {
-          if (sig != SIGINT) continue;
-          std::fputs("dsv4 serve: interrupted again: exiting now\n", stderr);
-          _exit(130);
-        }
-        phase_ = Phase::kStopping;
-        stop = std::move(stop_);
+  void on_signal(bool interrupt) {
+    std::function<void()> stop;
+    {
+      std::lock_guard lock(mu_);
+      if (phase_ == Phase::kStarting) {
+        std::fputs("dsv4 serve: interrupted\n", stderr);
+        platform::exit_now(130);
       }
-      fmt::print(stderr, "dsv4 serve: shutting down\n");
-      stop();
+      if (phase_ == Phase::kStopping) {
+        if (!interrupt) return;
+        std::fputs("dsv4 serve: interrupted again: exiting now\n", stderr);
+        platform::exit_now(130);
+      }
+      phase_ = Phase::kStopping;
+      stop = std::move(stop_);
     }
+    fmt::print(stderr, "dsv4 serve: shutting down\n");
+    stop();
   }
 
-  sigset_t set_;
-  std::atomic<bool> done_{false};
   std::mutex mu_;
   Phase phase_ = Phase::kStarting;
   std::function<void()> stop_;
-  std::thread thread_;
+  platform::SignalThread thread_;  // last: destroyed (joined) first
 };
 
 std::string directory_name(const std::string& dir) {
@@ -103,7 +80,7 @@ std::string directory_name(const std::string& dir) {
 }  // namespace
 
 int serve(const ServeOptions& o) {
-  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+  platform::ignore_broken_pipe();  // a client that hangs up must not kill the server
   SignalWatcher signals;
   // The prefix cache is part of the budget: its bound is planned inside --ram.
   WorkloadShape workload = interactive_workload(o.model);

@@ -10,6 +10,7 @@
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
 #include "dsv4/io/value_check.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4 {
@@ -92,9 +93,14 @@ ReadOp read_op(const ShardFiles& files, int copy, uint64_t file_offset, uint64_t
 
 IoBackend parse_io_backend(const std::string& text) {
   if (text == "auto") return IoBackend::kAuto;
-  if (text == "uring" || text == "io_uring") return IoBackend::kUring;
   if (text == "threads") return IoBackend::kThreads;
-  fail("--io \"{}\": expected auto, uring or threads", text);
+  const std::string native = platform::native_read_queue_name();
+  const bool uring = text == "uring" || text == "io_uring", iocp = text == "iocp" || text == "IOCP";
+  if ((uring && native == "io_uring") || (iocp && native == "IOCP")) return IoBackend::kNative;
+  if (uring || iocp)
+    fail("--io \"{}\": not available on {} (expected auto, threads{})", text, platform::os_name(),
+         native.empty() ? "" : native == "IOCP" ? " or iocp" : " or uring");
+  fail("--io \"{}\": expected auto, {}threads", text, native.empty() ? "" : native == "IOCP" ? "iocp, " : "uring, ");
 }
 
 std::vector<double> parse_read_shares(const std::string& text) {
@@ -161,9 +167,10 @@ ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options
 
   auto done = [this](uint64_t tag, const ReadOutcome& outcome) { on_read_done(tag, outcome); };
   if (options_.backend != IoBackend::kThreads)
-    queue_ = make_uring_read_queue(options_.queue_depth, done, options_.faults);
+    queue_ = make_native_read_queue(options_.queue_depth, done, options_.faults);
   if (!queue_) {
-    if (options_.backend == IoBackend::kUring) fail("expert store: io_uring is not available here");
+    if (options_.backend == IoBackend::kNative)
+      fail("expert store: {} is not available here", platform::native_read_queue_name());
     queue_ = make_thread_read_queue(pread_workers(options_.queue_depth), done, options_.faults);
   }
 
@@ -215,7 +222,7 @@ std::vector<double> ExpertStore::measure_shares() {
       cv.notify_all();
     };
     std::unique_ptr<ReadQueue> q;
-    if (options_.backend != IoBackend::kThreads) q = make_uring_read_queue(depth, done, options_.faults);
+    if (options_.backend != IoBackend::kThreads) q = make_native_read_queue(depth, done, options_.faults);
     if (!q) q = make_thread_read_queue(pread_workers(depth), done, options_.faults);
     const double t0 = now_seconds();
     for (int i = 0; i < n; ++i) {

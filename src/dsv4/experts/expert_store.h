@@ -42,7 +42,7 @@
 
 #include "dsv4/experts/expert_layout.h"
 #include "dsv4/experts/expert_provider.h"
-#include "dsv4/experts/read_queue.h"
+#include "dsv4/platform/read_queue.h"
 #include "dsv4/experts/shard_files.h"
 #include "dsv4/io/config.h"
 #include "dsv4/util/file.h"
@@ -50,8 +50,9 @@
 
 namespace dsv4 {
 
-enum class IoBackend : uint8_t { kAuto, kUring, kThreads };
-// "auto", "uring", "threads"; throws Error naming --io otherwise.
+enum class IoBackend : uint8_t { kAuto, kNative, kThreads };  // native: io_uring (Linux), IOCP (Windows)
+// "auto", "threads", or the OS's own queue: "uring" (Linux), "iocp" (Windows); throws Error
+// naming --io otherwise (also for another OS's queue).
 IoBackend parse_io_backend(const std::string& text);
 // "2,1" -> {2, 1} (--read-shares; "" -> {}: measured); throws Error naming --read-shares.
 std::vector<double> parse_read_shares(const std::string& text);
@@ -63,7 +64,7 @@ void check_mirrors(const Checkpoint& ck, const std::vector<std::string>& mirrors
 
 struct ExpertStoreOptions {
   int64_t slots = 0;             // cache slots (>= 1)
-  IoBackend backend = IoBackend::kAuto;  // auto: io_uring, else pread threads
+  IoBackend backend = IoBackend::kAuto;  // auto: the native queue, else pread threads
   int queue_depth = 4;           // experts read concurrently
   bool direct_io = true;         // false: buffered reads (testing / filesystems without O_DIRECT)
   bool predict = true;           // accept predict() hints (the engine's next-layer lookahead)

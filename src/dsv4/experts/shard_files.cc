@@ -1,7 +1,5 @@
 #include "dsv4/experts/shard_files.h"
 
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,18 +7,11 @@
 #include <fmt/format.h>
 
 #include "dsv4/io/safetensors.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/io_faults.h"
 
 namespace dsv4 {
-namespace {
-
-bool same_time(const struct timespec& a, const struct timespec& b) {
-  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
-}
-
-}  // namespace
-
 ShardFiles::ShardFiles(const std::vector<Source>& shards, bool direct_io, bool quiet) : quiet_(quiet) {
   for (size_t s = 0; s < shards.size(); ++s) {
     const Source& src = shards[s];
@@ -33,12 +24,12 @@ ShardFiles::ShardFiles(const std::vector<Source>& shards, bool direct_io, bool q
       c.folder = src.copies[k].folder;
       c.path = src.copies[k].path;
       c.buffered = File::open_read(c.path);
-      struct stat st;
-      if (fstat(c.buffered.fd(), &st) != 0) fail("{}: cannot stat: {}", c.path, std::strerror(errno));
-      c.size = static_cast<uint64_t>(st.st_size);
-      c.dev = st.st_dev;
-      c.ino = st.st_ino;
-      c.mtime = st.st_mtim;
+      platform::FileInfo st;
+      if (!platform::stat_file(c.buffered.fd(), &st)) fail("{}: cannot stat: {}", c.path, std::strerror(errno));
+      c.size = st.size;
+      c.dev = st.device;
+      c.ino = st.inode;
+      c.mtime_ns = st.mtime_ns;
       c.header = read_raw_header(c.buffered);
       if (k == 0) {
         reference_header = c.header;
@@ -92,8 +83,8 @@ void ShardFiles::note(Copy& c, const std::string& line) {
 }
 
 bool ShardFiles::check(Copy& c) {
-  struct stat st;
-  if (::stat(c.path.c_str(), &st) != 0) {
+  platform::FileInfo st;
+  if (!platform::stat_path(c.path, &st)) {
     // Gone from the directory. The open file still holds the bytes loaded at start.
     if (!c.deleted) {
       c.deleted = true;
@@ -101,17 +92,17 @@ bool ShardFiles::check(Copy& c) {
     }
     note(c, fmt::format("{}: deleted from disk; still read through the open file, but a restart will not find it",
                         c.path));
-  } else if (st.st_dev != c.dev || st.st_ino != c.ino) {
+  } else if (st.device != c.dev || st.inode != c.ino) {
     // Another file now has this name: take it once it is the same shard.
     c.deleted = false;
     std::string problem;
     try {
       File fresh = File::open_read(c.path);
-      struct stat fs;
-      if (fstat(fresh.fd(), &fs) != 0) fail("{}: cannot stat: {}", c.path, std::strerror(errno));
-      if (static_cast<uint64_t>(fs.st_size) != c.size) {
+      platform::FileInfo fs;
+      if (!platform::stat_file(fresh.fd(), &fs)) fail("{}: cannot stat: {}", c.path, std::strerror(errno));
+      if (fs.size != c.size) {
         problem = fmt::format("{}: replaced by a file of {} bytes, but the shard loaded at start has {}; refused",
-                              c.path, fs.st_size, c.size);
+                              c.path, fs.size, c.size);
       } else if (read_raw_header(fresh) != c.header) {
         problem = fmt::format("{}: replaced by a file whose header differs from the shard loaded at start; refused",
                               c.path);
@@ -122,9 +113,9 @@ bool ShardFiles::check(Copy& c) {
         c.buffered = std::move(fresh);
         c.direct = std::move(direct);
         c.use_direct = c.direct.valid();
-        c.dev = fs.st_dev;
-        c.ino = fs.st_ino;
-        c.mtime = fs.st_mtim;
+        c.dev = fs.device;
+        c.ino = fs.inode;
+        c.mtime_ns = fs.mtime_ns;
         const bool was_refused = !c.refused.empty();
         c.refused.clear();
         c.noted = false;
@@ -144,17 +135,17 @@ bool ShardFiles::check(Copy& c) {
     c.deleted = false;
   }
   // The file we hold: its size and (when it was written to) its header must still match.
-  struct stat fs;
+  platform::FileInfo fs;
   std::string problem;
-  if (fstat(c.buffered.fd(), &fs) != 0) {
+  if (!platform::stat_file(c.buffered.fd(), &fs)) {
     problem = fmt::format("{}: cannot stat the open shard: {}", c.path, std::strerror(errno));
-  } else if (static_cast<uint64_t>(fs.st_size) != c.size) {
+  } else if (fs.size != c.size) {
     problem = fmt::format("{}: the shard changed size under the engine ({} bytes at start, now {}); refused", c.path,
-                          c.size, fs.st_size);
-  } else if (!same_time(fs.st_mtim, c.mtime)) {
+                          c.size, fs.size);
+  } else if (fs.mtime_ns != c.mtime_ns) {
     try {
       if (read_raw_header(c.buffered) == c.header) {
-        c.mtime = fs.st_mtim;  // written to, but still the same layout
+        c.mtime_ns = fs.mtime_ns;  // written to, but still the same layout
       } else {
         problem = fmt::format("{}: the shard's header changed under the engine; refused", c.path);
       }
@@ -174,9 +165,8 @@ ShardFiles::Verdict ShardFiles::after_read(int copy, int fd, bool failed, std::s
   if (fd != c.buffered.fd() && fd != c.direct.fd()) return Verdict::kRetry;  // reopened meanwhile
   bool suspicious = failed || !c.refused.empty();
   if (!suspicious) {
-    struct stat fs;
-    suspicious = fstat(c.buffered.fd(), &fs) != 0 || static_cast<uint64_t>(fs.st_size) != c.size ||
-                 !same_time(fs.st_mtim, c.mtime);
+    platform::FileInfo fs;
+    suspicious = !platform::stat_file(c.buffered.fd(), &fs) || fs.size != c.size || fs.mtime_ns != c.mtime_ns;
   }
   if (!suspicious) return Verdict::kOk;
   if (check(c)) return Verdict::kRetry;

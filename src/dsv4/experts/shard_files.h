@@ -13,8 +13,6 @@
 // rare (after a failed or suspicious read, from health(), and at most once a second).
 #pragma once
 
-#include <sys/stat.h>
-
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -80,9 +78,8 @@ class ShardFiles {
     bool use_direct = false;
     uint64_t size = 0;
     std::string header;  // the first 8 + header length bytes, as loaded at start
-    dev_t dev = 0;
-    ino_t ino = 0;
-    struct timespec mtime {};  // of the validated contents
+    uint64_t dev = 0, ino = 0;  // platform::FileInfo identity
+    int64_t mtime_ns = 0;       // of the validated contents
     std::string refused;       // non-empty: reads are refused, and why
     bool deleted = false;
     bool noted = false;        // the current problem was printed on stderr

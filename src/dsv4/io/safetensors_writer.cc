@@ -1,8 +1,5 @@
 #include "dsv4/io/safetensors_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4 {
@@ -19,7 +17,7 @@ constexpr uint64_t kBufferBytes = 16ull << 20;
 
 void write_all(int fd, const uint8_t* data, uint64_t bytes, const std::string& path) {
   while (bytes > 0) {
-    ssize_t n = ::write(fd, data, static_cast<size_t>(std::min<uint64_t>(bytes, 1ull << 30)));
+    const int64_t n = platform::write(fd, data, static_cast<size_t>(std::min<uint64_t>(bytes, 1ull << 30)));
     if (n < 0) {
       if (errno == EINTR) continue;
       fail("{}: write failed: {}", path, std::strerror(errno));
@@ -59,7 +57,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> t
   while ((8 + text.size()) % 8) text += ' ';
   data_start_ = 8 + text.size();
 
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = platform::create_for_write(tmp_path_, false);
   if (fd_ < 0) fail("{}: cannot create: {}", tmp_path_, std::strerror(errno));
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t(text.size()) >> (8 * i));
@@ -69,8 +67,8 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> t
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!finished_) ::unlink(tmp_path_.c_str());
+  if (fd_ >= 0) platform::close_file(fd_);
+  if (!finished_) platform::remove_file(tmp_path_);
 }
 
 void SafetensorsWriter::flush() {
@@ -105,15 +103,15 @@ void SafetensorsWriter::finish(bool drop_page_cache) {
   if (drop_page_cache) {
     // Written pages are dirty: write them back, then let the kernel drop them, so a big
     // synthetic checkpoint does not crowd other processes out of the page cache.
-    if (::fdatasync(fd_) != 0) fail("{}: fdatasync failed: {}", tmp_path_, std::strerror(errno));
-    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+    if (!platform::sync_data(fd_)) fail("{}: fdatasync failed: {}", tmp_path_, std::strerror(errno));
+    platform::drop_cached_pages(fd_);
   }
-  if (::close(fd_) != 0) {
+  if (platform::close_file(fd_) != 0) {
     fd_ = -1;
     fail("{}: close failed: {}", tmp_path_, std::strerror(errno));
   }
   fd_ = -1;
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0)
+  if (!platform::rename_replace(tmp_path_, path_))
     fail("{}: cannot rename from {}: {}", path_, tmp_path_, std::strerror(errno));
   finished_ = true;
 }
@@ -125,17 +123,17 @@ void write_safetensors_index(const std::string& path, const std::map<std::string
   j["weight_map"] = weight_map;  // std::map: sorted by tensor name, as the hub's index is
   const std::string text = j.dump(2) + "\n";
   const std::string tmp = path + ".partial";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = platform::create_for_write(tmp, false);
   if (fd < 0) fail("{}: cannot create: {}", tmp, std::strerror(errno));
   try {
     write_all(fd, reinterpret_cast<const uint8_t*>(text.data()), text.size(), tmp);
   } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
+    platform::close_file(fd);
+    platform::remove_file(tmp);
     throw;
   }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("{}: cannot rename from {}", path, tmp);
+  platform::close_file(fd);
+  if (!platform::rename_replace(tmp, path)) fail("{}: cannot rename from {}", path, tmp);
 }
 
 }  // namespace dsv4

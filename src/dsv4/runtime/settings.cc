@@ -100,8 +100,8 @@ std::vector<Setting> make_table() {
       path("model", "-m,--model", "DSV4_MODEL", "checkpoint directory (run/chat/serve default to the demo model)"),
       make("ram", "--ram", "DSV4_RAM", K::kRam, std::string("auto"),
            "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (80 % of available memory)"),
-      choice("io", "--io", "DSV4_IO", "auto", {"auto", "uring", "threads"},
-             "expert reads: auto (io_uring, else threads), uring or threads"),
+      choice("io", "--io", "DSV4_IO", "auto", {"auto", "uring", "iocp", "threads"},
+             "expert reads: auto (the OS's queue, else threads), uring (Linux), iocp (Windows) or threads"),
       text("mirror", "--mirror", "", "",
            "another folder with copies of the checkpoint's shards, e.g. on another drive (repeatable): each "
            "expert is read from one copy, in proportion to the folders' speeds, and from another when a read "
@@ -305,6 +305,9 @@ std::vector<Setting> make_table() {
       flag_bool("skip_tsan", "", "DSV4_SKIP_TSAN", false, "scripts/test.sh: skip the ThreadSanitizer build"),
       flag_bool("setup_aarch64", "", "DSV4_SETUP_AARCH64", true, "scripts/setup.sh: install the aarch64 cross toolchain, qemu-user and arm64 libraries"),
       flag_bool("setup_browser", "", "DSV4_SETUP_BROWSER", true, "scripts/setup.sh: install Chromium for the web tests"),
+      flag_bool("skip_windows", "", "DSV4_SKIP_WINDOWS", false, "scripts/test.sh: skip the Windows cross build and its wine tests"),
+      flag_bool("setup_windows", "", "DSV4_SETUP_WINDOWS", true,
+                "scripts/setup.sh: install MinGW-w64, wine and the Windows build's Debian sources"),
   };
   for (Setting& s : t)
     if (s.kind == K::kChoice && s.fallback.index() == 0 && s.choices.empty()) fail("internal: {} has no choices", s.key);

@@ -5,11 +5,6 @@
 // output and the scheduler are their own files beside it.
 #include "dsv4/server/http_server.h"
 
-#include <arpa/inet.h>
-#include <malloc.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -36,6 +31,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "dsv4/platform/platform.h"
 #include "dsv4/constrain/constraint_cache.h"
 #include "dsv4/server/anthropic_api.h"
 #include "dsv4/server/anthropic_routes.h"
@@ -196,8 +192,9 @@ bool is_loopback_host(const std::string& host) {
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
   for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (h == "localhost" || h == "::1") return true;
-  in_addr a{};
-  return inet_pton(AF_INET, h.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+  boost::system::error_code ec;
+  const net::ip::address_v4 a = net::ip::make_address_v4(h, ec);
+  return !ec && (a.to_uint() >> 24) == 127;
 }
 
 std::string exposure_warning(const std::string& host, bool has_api_key) {
@@ -592,7 +589,7 @@ void Server::Impl::release_body_bytes(size_t bytes) {
   }
   if (body_bytes_in_use == 0 && big_bodies_since_trim > 0) {
     big_bodies_since_trim = 0;
-    net::post(parse_pool, [] { malloc_trim(0); });
+    net::post(parse_pool, [] { platform::release_free_memory(); });
   }
 }
 
@@ -647,8 +644,9 @@ void Server::Impl::refuse(tcp::socket& socket) {
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: "
       "1\r\nConnection: close\r\n\r\n{}",
       kBody.size(), kBody);
-  [[maybe_unused]] const ssize_t n = ::send(socket.native_handle(), kResponse.data(), kResponse.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   beast::error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(net::buffer(kResponse), 0, ec);  // whatever fits; Asio never raises SIGPIPE
   socket.shutdown(tcp::socket::shutdown_both, ec);
   socket.close(ec);
   metrics.count_refused_connection();
@@ -913,12 +911,18 @@ awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast:
 // by the peer) sets client_gone and wakes the handler. Pending request bytes (a pipelining
 // client) mean the client is still there: the watch then ends.
 void Server::Impl::watch_peer(beast::tcp_stream& stream, const std::shared_ptr<Waiter>& waiter) {
-  const int fd = stream.socket().native_handle();
-  stream.socket().async_wait(tcp::socket::wait_read, [waiter, fd](const beast::error_code& ec) {
-    if (ec) return;  // cancelled: the answer is complete
+  tcp::socket* socket = &stream.socket();
+  socket->async_wait(tcp::socket::wait_read, [waiter, socket](const beast::error_code& ec) {
+    if (ec) return;  // cancelled (the answer is complete, or the socket closed): it is not read
+    // A peek that does not block: bytes (a pipelined request) or "would block" mean the
+    // client is there; end of stream or a reset means it left. Asio's own async reads on the
+    // socket are unaffected by the non-blocking mode.
     char c;
-    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    beast::error_code peek;
+    socket->non_blocking(true, peek);
+    const size_t n = socket->receive(net::buffer(&c, 1), tcp::socket::message_peek, peek);
+    if ((n == 0 && !peek) || (peek && peek != net::error::would_block && peek != net::error::try_again &&
+                              peek != net::error::interrupted)) {
       waiter->client_gone = true;
       waiter->wake.cancel();
     }

@@ -1,19 +1,15 @@
 #include "dsv4/server/prefix_store.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <xxhash.h>
 
 #include "dsv4/model/session_io.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 
@@ -61,7 +57,6 @@ std::string hex(const uint8_t* p, size_t n) {
   return out;
 }
 
-int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec; }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -104,16 +99,13 @@ class Hasher {
 };
 
 // Whether `path` is a regular file (symbolic links followed), found without blocking: the
-// open is O_NONBLOCK, so a FIFO without a writer cannot hang it, and the type comes from fstat.
+// open does not block (platform::open_read), so a FIFO without a writer cannot hang it.
 bool regular_file(const std::string& path) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  } while (fd < 0 && errno == EINTR);
+  const int fd = platform::open_read(path);
   if (fd < 0) return true;  // let the real open report why
-  struct stat st {};
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  ::close(fd);
+  platform::FileInfo st;
+  const bool regular = platform::stat_file(fd, &st) && st.regular;
+  platform::close_file(fd);
   return regular;
 }
 
@@ -128,7 +120,7 @@ struct Fd {
   int fd = -1;
   explicit Fd(int f) : fd(f) {}
   ~Fd() {
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) platform::close_file(fd);
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
@@ -156,7 +148,7 @@ class FileSink : public ByteSink {
   void flush() {
     size_t done = 0;
     while (done < buf_.size()) {
-      const ssize_t w = ::pwrite(fd_, buf_.data() + done, buf_.size() - done, static_cast<off_t>(offset_));
+      const int64_t w = platform::pwrite(fd_, buf_.data() + done, buf_.size() - done, offset_);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) fail("write failed: {}", std::strerror(errno));
       done += static_cast<size_t>(w);
@@ -211,8 +203,6 @@ class FileSource : public ByteSource {
   size_t at_ = 0;
 };
 
-bool process_alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
-
 }  // namespace
 
 StoreIdentity store_identity(const Engine& engine) {
@@ -221,7 +211,7 @@ StoreIdentity store_identity(const Engine& engine) {
   h.add(std::string(engine.numerics() == kernels::Numerics::kReference ? "reference" : "fast"));
   // This executable: a different build may compute different states.
   {
-    const File self = File::open_read("/proc/self/exe");
+    const File self = File::open_read(platform::executable_path());
     h.add_range(self, 0, self.size());
   }
   const std::string& dir = engine.checkpoint().dir();
@@ -230,12 +220,12 @@ StoreIdentity store_identity(const Engine& engine) {
     h.add(path_exists(path) ? read_small_file(path, 64 << 20) : std::string());
   }
   for (const auto& shard : engine.checkpoint().shards()) {
-    struct stat st {};
-    if (::stat(shard->path().c_str(), &st) != 0) fail("{}: cannot stat: {}", shard->path(), std::strerror(errno));
+    platform::FileInfo st;
+    if (!platform::stat_path(shard->path(), &st)) fail("{}: cannot stat: {}", shard->path(), std::strerror(errno));
     const std::string base = shard->path().substr(shard->path().rfind('/') + 1);
     h.add(base);
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
-    const int64_t mt = mtime_ns(st);
+    const uint64_t size = st.size;
+    const int64_t mt = st.mtime_ns;
     h.add(&size, 8);
     h.add(&mt, 8);
     const File f = File::open_read(shard->path());
@@ -256,10 +246,10 @@ PrefixStore::PrefixStore(std::string dir, uint64_t max_bytes, StoreIdentity iden
       identity_hex_(hex(identity.data(), 8)),
       limits_(limits),
       warn_(std::move(warn)) {
-  if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST)
+  if (!platform::make_directory(dir_) && !is_directory(dir_))
     fail("--cache-dir {}: cannot create it: {}", dir_, std::strerror(errno));
   if (!is_directory(dir_)) fail("--cache-dir {}: not a directory", dir_);
-  if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0) fail("--cache-dir {}: not writable: {}", dir_, std::strerror(errno));
+  if (!platform::can_write_directory(dir_)) fail("--cache-dir {}: not writable: {}", dir_, std::strerror(errno));
   scan();
   evict("");
 }
@@ -273,11 +263,11 @@ std::string PrefixStore::file_name(std::span<const int32_t> key) const {
 }
 
 void PrefixStore::scan() {
-  DIR* d = ::opendir(dir_.c_str());
-  if (!d) fail("--cache-dir {}: cannot list it: {}", dir_, std::strerror(errno));
   std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-  ::closedir(d);
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(platform::fs_path(dir_), ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(platform::utf8_path(it->path().filename()));
+  if (ec) fail("--cache-dir {}: cannot list it: {}", dir_, ec.message());
   std::sort(names.begin(), names.end());
 
   size_t foreign = 0;
@@ -285,8 +275,8 @@ void PrefixStore::scan() {
     const std::string path = dir_ + "/" + name;
     if (name.rfind("tmp-", 0) == 0 && ends_with(name, kTempSuffix)) {
       // tmp-<pid>-<n>.partial: an unfinished write; its writer is gone if the pid is.
-      const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + 4));
-      if (!process_alive(pid)) ::unlink(path.c_str());
+      const int pid = std::atoi(name.c_str() + 4);
+      if (!platform::process_alive(pid)) platform::remove_file(path);
       continue;
     }
     if (!ends_with(name, kSuffix)) continue;
@@ -301,9 +291,9 @@ void PrefixStore::scan() {
     }
     try {
       const File f = File::open_read(path);
-      struct stat st {};
-      if (::fstat(f.fd(), &st) != 0) fail("cannot stat");
-      const uint64_t size = static_cast<uint64_t>(st.st_size);
+      platform::FileInfo st;
+      if (!platform::stat_file(f.fd(), &st)) fail("cannot stat");
+      const uint64_t size = st.size;
       if (size < kHeaderBytes) fail("truncated ({} bytes)", size);
       std::array<uint8_t, kHeaderBytes> b;
       f.read_exact(b.data(), kHeaderBytes, 0);
@@ -323,12 +313,12 @@ void PrefixStore::scan() {
       e.state_tokens = state_tokens;
       e.file = name;
       e.bytes = size;
-      e.mtime_ns = mtime_ns(st);
+      e.mtime_ns = st.mtime_ns;
       bytes_ += size;
       entries_.push_back(std::move(e));
     } catch (const Error& err) {
       warn_(fmt::format("{}: {}; removed", path, without_path(err.what(), path)));
-      ::unlink(path.c_str());
+      platform::remove_file(path);
     }
   }
   std::stable_sort(entries_.begin(), entries_.end(),
@@ -339,7 +329,7 @@ void PrefixStore::scan() {
 }
 
 void PrefixStore::drop(size_t i, bool remove_file) {
-  if (remove_file) ::unlink((dir_ + "/" + entries_[i].file).c_str());
+  if (remove_file) platform::remove_file(dir_ + "/" + entries_[i].file);
   bytes_ -= entries_[i].bytes;
   entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
 }
@@ -415,7 +405,7 @@ void PrefixStore::move_to_front(size_t i) {
 
 void PrefixStore::touch(size_t i) {
   // The newest mtime keeps it longest, also across restarts.
-  ::utimensat(AT_FDCWD, (dir_ + "/" + entries_[i].file).c_str(), nullptr, 0);
+  platform::touch_file(dir_ + "/" + entries_[i].file);
   move_to_front(i);
 }
 
@@ -432,10 +422,10 @@ PrefixStore::Stored PrefixStore::store(const SessionState& state, std::span<cons
   const uint64_t state_bytes = serialized_session_bytes(state);
   const uint64_t size = kHeaderBytes + 4 * key.size() + text.size() + state_bytes;
   if (size > max_bytes_) return {};
-  const std::string temp = fmt::format("{}/tmp-{}-{}{}", dir_, ::getpid(), temp_counter_++, kTempSuffix);
+  const std::string temp = fmt::format("{}/tmp-{}-{}{}", dir_, platform::process_id(), temp_counter_++, kTempSuffix);
   const std::string path = dir_ + "/" + name;
   try {
-    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    Fd fd(platform::create_for_write(temp, true));
     if (fd.fd < 0) fail("cannot create {}: {}", temp, std::strerror(errno));
     Header h;
     h.identity = identity_;
@@ -455,24 +445,25 @@ PrefixStore::Stored PrefixStore::store(const SessionState& state, std::span<cons
     out.flush();
     h.checksum = out.digest();
     const auto head = encode(h);
-    if (::pwrite(fd.fd, head.data(), 16, 0) != 16) fail("write failed: {}", std::strerror(errno));
-    if (::fsync(fd.fd) != 0) fail("fsync failed: {}", std::strerror(errno));
-    if (::rename(temp.c_str(), path.c_str()) != 0) fail("cannot rename to {}: {}", path, std::strerror(errno));
-    Fd dirfd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dirfd.fd >= 0) ::fsync(dirfd.fd);  // the rename itself survives a power cut
+    if (platform::pwrite(fd.fd, head.data(), 16, 0) != 16) fail("write failed: {}", std::strerror(errno));
+    if (!platform::sync_data(fd.fd)) fail("fsync failed: {}", std::strerror(errno));
+    platform::close_file(fd.fd);  // Windows renames only closed files
+    fd.fd = -1;
+    if (!platform::rename_replace(temp, path)) fail("cannot rename to {}: {}", path, std::strerror(errno));
+    platform::sync_directory(dir_);  // the rename itself survives a power cut
   } catch (const Error& err) {
-    ::unlink(temp.c_str());
+    platform::remove_file(temp);
     warn_(fmt::format("{}: cannot store a {}-token prefix: {}", dir_, key.size(), err.what()));
     return {};
   }
-  struct stat st {};
+  platform::FileInfo st;
   StoredPrefix e;
   e.key = std::move(key);
   e.state_tokens = state.tokens.size();
   e.text = text;
   e.file = name;
   e.bytes = size;
-  e.mtime_ns = ::stat(path.c_str(), &st) == 0 ? mtime_ns(st) : 0;
+  e.mtime_ns = platform::stat_path(path, &st) ? st.mtime_ns : 0;
   bytes_ += size;
   entries_.insert(entries_.begin(), std::move(e));
   return {name, evict(name)};

@@ -1,7 +1,5 @@
 #include "dsv4/synth/synth.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstring>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "dsv4/kernels/formats.h"
 #include "dsv4/synth/demo_tokenizer.h"
 #include "dsv4/util/error.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/file.h"
 
 namespace dsv4 {
@@ -282,7 +281,7 @@ std::vector<std::vector<size_t>> sized_shards(const std::vector<TensorPlan>& pla
 }
 
 void write_text(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "wb");
+  FILE* f = platform::fopen_utf8(path, "wb");
   if (!f) fail("{}: cannot create", path);
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (std::fclose(f) != 0 || !ok) fail("{}: write failed", path);
@@ -292,7 +291,7 @@ void make_dirs(const std::string& dir) {
   std::string partial;
   for (size_t i = 0; i <= dir.size(); ++i) {
     if (i == dir.size() || dir[i] == '/') {
-      if (!partial.empty() && !is_directory(partial) && ::mkdir(partial.c_str(), 0755) != 0 && !is_directory(partial))
+      if (!partial.empty() && !is_directory(partial) && !platform::make_directory(partial) && !is_directory(partial))
         fail("{}: cannot create directory", partial);
     }
     if (i < dir.size()) partial += dir[i];

@@ -1,49 +1,35 @@
 #include "dsv4/util/file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/io_faults.h"
 
 namespace dsv4 {
 File File::open_read(const std::string& path) {
-  int fd;
-  // O_NONBLOCK: a FIFO (or a device) at the path must not block the open; it is refused by
-  // its type before any read, and regular files get their blocking mode back.
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  } while (fd < 0 && errno == EINTR);
+  const int fd = platform::open_read(path);
   if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  platform::FileInfo info;
+  if (!platform::stat_file(fd, &info) || !info.regular) {
+    platform::close_file(fd);
     fail("{}: not a regular file", path);
   }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   return File(fd, path);
 }
 
 File File::open_direct(const std::string& path) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-  } while (fd < 0 && errno == EINTR);
+  const int fd = platform::open_unbuffered(path);
   if (fd < 0) return File();
   return File(fd, path);
 }
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) platform::close_file(fd_);
     fd_ = other.fd_;
     path_ = std::move(other.path_);
     other.fd_ = -1;
@@ -52,13 +38,13 @@ File& File::operator=(File&& other) noexcept {
 }
 
 File::~File() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) platform::close_file(fd_);
 }
 
 uint64_t File::size() const {
-  struct stat st;
-  if (fstat(fd_, &st) != 0) fail("{}: cannot stat: {}", path_, std::strerror(errno));
-  return static_cast<uint64_t>(st.st_size);
+  platform::FileInfo info;
+  if (!platform::stat_file(fd_, &info)) fail("{}: cannot stat: {}", path_, std::strerror(errno));
+  return info.size;
 }
 
 void File::read_exact(void* dst, uint64_t length, uint64_t offset, IoFaults* faults) const {
@@ -66,7 +52,7 @@ void File::read_exact(void* dst, uint64_t length, uint64_t offset, IoFaults* fau
   auto* out = static_cast<uint8_t*>(dst);
   while (length > 0) {
     size_t want = static_cast<size_t>(std::min(length, kChunk));
-    ssize_t got = faulty_pread(faults, path_, fd_, out, want, offset);
+    int64_t got = faulty_pread(faults, path_, fd_, out, want, offset);
     if (got < 0) {
       if (errno == EINTR) continue;
       fail("{}: read of {} bytes at offset {} failed: {}", path_, want, offset, std::strerror(errno));
@@ -87,7 +73,7 @@ bool read_direct_window(const File& direct, void* dst, uint64_t length, uint64_t
     uint64_t window = std::min<uint64_t>(bounce_size, (skip + length + kDirectAlign - 1) & ~(uint64_t{kDirectAlign} - 1));
     uint64_t filled = 0;
     while (filled < window) {
-      ssize_t got = faulty_pread(faults, direct.path(), direct.fd(), bounce + filled, window - filled,
+      int64_t got = faulty_pread(faults, direct.path(), direct.fd(), bounce + filled, window - filled,
                                  aligned_start + filled);
       if (got < 0) {
         if (errno == EINTR) continue;
@@ -112,30 +98,21 @@ AlignedBuffer::AlignedBuffer(size_t size, size_t align) : size_(size) {
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t rounded = (std::max<size_t>(size, 1) + align - 1) / align * align;
   if (rounded >= kHugePage && kHugePage % align == 0) {
-    // Map one huge page more than needed, keep the 2 MiB-aligned part. The mapping is not
-    // rounded up to whole huge pages, so the tail stays in 4 KiB pages and RSS is unchanged.
-    const size_t span = rounded + kHugePage;
-    void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) fail("out of memory allocating {} bytes", size);
-    const uintptr_t base = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t start = (base + kHugePage - 1) / kHugePage * kHugePage;
-    const size_t head = start - base, tail = span - head - rounded;
-    if (head) ::munmap(p, head);
-    if (tail) ::munmap(reinterpret_cast<void*>(start + rounded), tail);
-    ::madvise(reinterpret_cast<void*>(start), rounded, MADV_HUGEPAGE);  // advisory: ignore failure
-    ptr_ = std::unique_ptr<uint8_t, Free>(reinterpret_cast<uint8_t*>(start), Free{rounded});
+    uint8_t* p = platform::allocate_pages(rounded);
+    if (!p) fail("out of memory allocating {} bytes", size);
+    ptr_ = std::unique_ptr<uint8_t, Free>(p, Free{rounded});
     return;
   }
-  void* p = std::aligned_alloc(align, rounded);
+  void* p = platform::aligned_alloc(align, rounded);
   if (!p) fail("out of memory allocating {} bytes", size);
   ptr_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(p), Free{0});
 }
 
 void AlignedBuffer::Free::operator()(uint8_t* p) const {
   if (mapped)
-    ::munmap(p, mapped);
+    platform::free_pages(p, mapped);
   else
-    std::free(p);
+    platform::aligned_free(p);
 }
 
 void BulkReader::read(const File& file, void* dst, uint64_t length, uint64_t offset) {
@@ -161,13 +138,13 @@ std::string read_small_file(const std::string& path, uint64_t max_bytes) {
 }
 
 bool path_exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
+  platform::FileInfo info;
+  return platform::stat_path(path, &info);
 }
 
 bool is_directory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  platform::FileInfo info;
+  return platform::stat_path(path, &info) && info.directory;
 }
 
 }  // namespace dsv4

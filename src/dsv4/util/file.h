@@ -12,7 +12,7 @@ namespace dsv4 {
 
 class IoFaults;
 
-inline constexpr size_t kDirectAlign = 4096;
+inline constexpr size_t kDirectAlign = 4096;  // platform::kDirectAlign
 
 class File {
  public:
@@ -68,7 +68,7 @@ class AlignedBuffer {
 
  private:
   struct Free {
-    size_t mapped;  // bytes mapped with mmap, 0: from aligned_alloc
+    size_t mapped;  // bytes from platform::allocate_pages, 0: from platform::aligned_alloc
     void operator()(uint8_t* p) const;
   };
   std::unique_ptr<uint8_t, Free> ptr_{nullptr, Free{0}};

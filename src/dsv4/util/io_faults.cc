@@ -1,12 +1,11 @@
 #include "dsv4/util/io_faults.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
 
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 
 namespace dsv4 {
@@ -141,16 +140,16 @@ IoFaults::Action consult_faults(IoFaults* faults, const std::string& path, uint6
   return a;
 }
 
-ssize_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* dst, size_t length, uint64_t offset) {
-  if (!faults) return ::pread(fd, dst, length, static_cast<off_t>(offset));
+int64_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* dst, size_t length, uint64_t offset) {
+  if (!faults) return platform::pread(fd, dst, length, offset);
   const IoFaults::Action a = faults->before_read(path, offset, length);
-  ssize_t n = 0;
+  int64_t n = 0;
   int err = 0;
   if (a.error) {
     n = -1;
     err = a.error;
   } else if (!a.eof) {
-    n = ::pread(fd, dst, a.length, static_cast<off_t>(offset));
+    n = platform::pread(fd, dst, a.length, offset);
     err = n < 0 ? errno : 0;
   }
   IoFaults::wait_until(a.not_before);

@@ -17,8 +17,6 @@
 //       mbps=X      rate only
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -80,9 +78,9 @@ class IoFaults {
 // `faults` is null. For readers that issue the syscall themselves (io_uring).
 IoFaults::Action consult_faults(IoFaults* faults, const std::string& path, uint64_t offset, uint64_t length);
 
-// pread(2) through the fault layer (a plain pread when `faults` is null): returns what pread
+// platform::pread through the fault layer (a plain pread when `faults` is null): returns what pread
 // returns, with errno set on failure, after a rate rule's wait. Every blocking reader (the
 // load's bulk reader, the pread threads of the expert read queue) reads through this.
-ssize_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* dst, size_t length, uint64_t offset);
+int64_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* dst, size_t length, uint64_t offset);
 
 }  // namespace dsv4

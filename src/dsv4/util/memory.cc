@@ -1,56 +1,17 @@
 #include "dsv4/util/memory.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstring>
+#include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 
+#include "dsv4/platform/platform.h"
+
 namespace dsv4 {
-namespace {
-
-// Value of a "Key:   1234 kB" line, in bytes.
-uint64_t read_kb_field(const char* path, const char* key) {
-  FILE* f = std::fopen(path, "r");
-  if (!f) return 0;
-  char line[256];
-  uint64_t value = 0;
-  const size_t key_len = std::strlen(key);
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::strncmp(line, key, key_len) == 0 && line[key_len] == ':') {
-      unsigned long long kb = 0;
-      if (std::sscanf(line + key_len + 1, "%llu", &kb) == 1) value = kb * 1024;
-      break;
-    }
-  }
-  std::fclose(f);
-  return value;
-}
-
-uint64_t cgroup_limit_bytes() {
-  FILE* f = std::fopen("/sys/fs/cgroup/memory.max", "r");
-  if (!f) return 0;
-  unsigned long long limit = 0;
-  const bool numeric = std::fscanf(f, "%llu", &limit) == 1;  // "max" means no limit
-  std::fclose(f);
-  return numeric ? limit : 0;
-}
-
-}  // namespace
-
-uint64_t peak_rss_bytes() { return read_kb_field("/proc/self/status", "VmHWM"); }
-uint64_t current_rss_bytes() { return read_kb_field("/proc/self/status", "VmRSS"); }
-
-uint64_t available_memory_bytes() {
-  uint64_t available = read_kb_field("/proc/meminfo", "MemAvailable");
-  const uint64_t limit = cgroup_limit_bytes();
-  if (limit > 0) {
-    const uint64_t used = current_rss_bytes();
-    const uint64_t room = limit > used ? limit - used : 0;
-    if (available == 0 || room < available) available = room;
-  }
-  return available;
-}
+uint64_t peak_rss_bytes() { return platform::peak_rss_bytes(); }
+uint64_t current_rss_bytes() { return platform::current_rss_bytes(); }
+uint64_t available_memory_bytes() { return platform::available_memory_bytes(); }
 
 std::optional<uint64_t> parse_byte_size(std::string_view text) {
   // Digits with at most one decimal point, then an optional unit.

@@ -8,12 +8,11 @@
 
 namespace dsv4 {
 
-// VmHWM / VmRSS of this process from /proc/self/status (bytes; 0 if unavailable).
+// Peak and current resident set of this process (bytes; 0 if unavailable).
 uint64_t peak_rss_bytes();
 uint64_t current_rss_bytes();
 
-// MemAvailable from /proc/meminfo, capped by the cgroup v2 memory.max if one is set
-// (bytes; 0 if unavailable).
+// What the machine can still give this process (platform/platform.h; bytes, 0 if unavailable).
 uint64_t available_memory_bytes();
 
 // "123456" (bytes), "800K", "512M", "1.5G", "2T" (powers of 1024; an optional "i" and/or "B"

@@ -1,10 +1,10 @@
 #include "dsv4/util/progress.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include <fmt/format.h>
+
+#include "dsv4/platform/platform.h"
 
 namespace dsv4 {
 
@@ -13,7 +13,7 @@ Progress::Progress(std::string label, std::string unit, int64_t total, int64_t m
       unit_(std::move(unit)),
       total_(total),
       enabled_(total > 0 && total >= min_total),
-      tty_(isatty(fileno(out)) != 0),
+      tty_(platform::is_terminal(out)),
       out_(out),
       start_(std::chrono::steady_clock::now()) {}
 

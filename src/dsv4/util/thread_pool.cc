@@ -1,6 +1,7 @@
 #include "dsv4/util/thread_pool.h"
 
-#include <sched.h>
+#include "dsv4/platform/platform.h"
+
 
 #include <algorithm>
 #include <chrono>
@@ -103,9 +104,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, Body body) {
 }
 
 int available_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
+  return platform::cpu_count();
 }
 
 }  // namespace dsv4

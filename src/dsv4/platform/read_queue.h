@@ -1,6 +1,7 @@
 // Asynchronous reads of expert windows into cache slots, with a few requests in flight.
-// Two implementations: io_uring (one I/O thread owns the ring) and a small pool of pread
-// threads (the fallback where io_uring cannot be set up). Completions are reported through
+// Two implementations: the OS's own (io_uring on Linux, one I/O thread owning the ring; an
+// I/O completion port on Windows) and a small pool of pread threads (macOS, and the fallback
+// where the native one cannot be set up). Completions are reported through
 // a callback on the queue's own thread; the callback may submit more work. Both consult an
 // optional fault layer (util/io_faults.h) before every read syscall.
 #pragma once
@@ -46,8 +47,9 @@ class ReadQueue {
   virtual const char* name() const = 0;
 };
 
-// io_uring with up to `depth` jobs in flight; null if io_uring cannot be set up here.
-std::unique_ptr<ReadQueue> make_uring_read_queue(int depth, ReadQueue::Done done,
+// The OS's queue (platform::native_read_queue_name()) with up to `depth` jobs in flight; null
+// if there is none or it cannot be set up here.
+std::unique_ptr<ReadQueue> make_native_read_queue(int depth, ReadQueue::Done done,
                                                  std::shared_ptr<IoFaults> faults = nullptr);
 // `threads` pread workers, one job each at a time.
 std::unique_ptr<ReadQueue> make_thread_read_queue(int threads, ReadQueue::Done done,
