@@ -114,8 +114,9 @@ std::vector<Setting> make_table() {
       choice("numerics", "--numerics", "DSV4_NUMERICS", "fast", {"reference", "fast"},
              "reference (float32 activations) or fast (quantized activations)"),
       text("gpu", "--gpu", "DSV4_GPU", "auto",
-           "GPU tier (issue 45; does not compute the model yet): auto (a Vulkan device when one is found, "
-           "else the CPU, said once), off, or a device number from `dsv4 settings`"),
+           "GPU tier (issue 45; it does not compute the model yet, so every choice runs on the CPU): auto "
+           "(a Vulkan device when one is found, else the CPU), off, or a device number from `dsv4 settings` "
+           "(checked, and named once on stderr)"),
       size("gpu_mem", "--gpu-mem", "DSV4_GPU_MEM", 0,
            "device memory the GPU tier may use (0 = all of the device's; more than it has is refused)"),
       integer("chunk", "--chunk", "DSV4_CHUNK", 0, 0, kMaxTokens,
