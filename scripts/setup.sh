@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev
+  # The Vulkan GPU tier (src/dsv4/gpu/): headers and loader, the shader compiler, and for its
+  # tests Mesa's lavapipe (a Vulkan CPU device), the validation layer and vulkaninfo.
+  libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libsimdjson-dev libboost1.74-dev libcpp-httplib-dev libcli11-dev libfmt-dev
   liburing-dev libpcre2-dev libxxhash-dev

@@ -39,6 +39,8 @@ struct ModelOptions {
   int64_t ctx = 0;       // context limit (0 = the command's default)
   std::string ram;       // "auto", "min", "12G", ...
   std::string io;        // auto | uring | threads (expert reads)
+  std::string gpu;       // --gpu auto | off | N (src/dsv4/gpu/backend.h)
+  uint64_t gpu_mem = 0;  // --gpu-mem bytes (0 = the device's)
   std::string demo_dir;  // DSV4_DEMO_DIR; empty: models/demo (next to the binary, else the source tree)
   std::vector<std::string> mirrors;  // --mirror DIR (repeatable): more copies of the shards
   std::string read_shares;           // --read-shares "2,1": expert reads per folder ("" = measured)

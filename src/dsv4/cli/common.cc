@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "dsv4/gpu/backend.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 #include "dsv4/util/memory.h"
@@ -96,7 +97,32 @@ LoadOptions load_options(const ModelOptions& m, const WorkloadShape& workload) {
   return o;
 }
 
+namespace {
+
+// --gpu: the tier computes nothing of the model yet (issue 45's first slice has the kernels and
+// the device selection), so every command runs on the CPU. --gpu N checks that device N exists
+// (refusing it otherwise) and says once what it is. auto and off touch no driver: loading the
+// Vulkan loader and an ICD costs ~30 MB of RSS (lavapipe's LLVM; RunBatch.HugeLinesAndSpecialTokenText
+// bounds the CLI's RSS), which buys nothing until the tier runs model work; `dsv4 settings`
+// says which device auto would take, or why there is none.
+void report_gpu(const ModelOptions& m) {
+  static bool said = false;
+  const gpu::Selection sel = gpu::parse_selection(m.gpu, m.gpu_mem);
+  if (said || sel.mode != gpu::Selection::Mode::kIndex) return;
+  said = true;
+  std::string why;
+  const std::vector<std::string> devices = gpu::list_devices(&why);
+  if (static_cast<size_t>(sel.index) >= devices.size())
+    fail("--gpu {}: {}", sel.index,
+         devices.empty() ? why : fmt::format("this machine has {} device(s), numbered from 0", devices.size()));
+  fmt::print(stderr, "dsv4: gpu: {}: {}; the GPU tier does not run the model yet, computing on the CPU\n", sel.index,
+             devices[static_cast<size_t>(sel.index)]);
+}
+
+}  // namespace
+
 LoadedEngine open_engine(const ModelOptions& m, const WorkloadShape& workload) {
+  report_gpu(m);
   return load_engine(resolve_model_dir(m), load_options(m, workload));
 }
 
@@ -110,6 +136,7 @@ MtpLoad mtp_load_for(const std::string& spec) {
 LoadedModel load_model(const ModelOptions& m, const WorkloadShape& workload, MtpLoad mtp) {
   const std::string dir = resolve_model_dir(m);
   LoadedModel lm{dir, {}, nullptr, text::Tokenizer::from_file(dir + "/tokenizer.json"), m.dir.empty()};
+  report_gpu(m);
   LoadOptions lo = load_options(m, workload);
   lo.mtp = mtp;
   LoadedEngine loaded = load_engine(dir, lo);

@@ -18,6 +18,7 @@
 #include "dsv4/cli/commands.h"
 #include "dsv4/platform/platform.h"
 #include "dsv4/kernels/kernels.h"
+#include "dsv4/gpu/backend.h"
 #include "dsv4/runtime/settings.h"
 #include "dsv4/util/error.h"
 
@@ -89,6 +90,8 @@ void add_model_options(Bindings& b, CLI::App* cmd, dsv4::cli::ModelOptions& m, b
   b.add(cmd, "admit_rows", m.admit_rows);
   b.add(cmd, "ram", m.ram);
   b.add(cmd, "io", m.io);
+  b.add(cmd, "gpu", m.gpu);
+  b.add(cmd, "gpu_mem", m.gpu_mem);
   b.add(cmd, "mirror", m.mirrors);
   b.add(cmd, "read_shares", m.read_shares);
   b.add(cmd, "demo_dir", m.demo_dir);
@@ -230,6 +233,7 @@ void register_settings(CLI::App& app, Commands& c) {
   auto* cmd = app.add_subcommand("settings", "list every flag and DSV4_* environment variable");
   c.entries.push_back({cmd, [] {
                          std::fputs(dsv4::describe_settings().c_str(), stdout);
+                         std::printf("%s\n", dsv4::gpu::describe().c_str());
                          return 0;
                        }});
 }

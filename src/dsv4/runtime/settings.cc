@@ -113,6 +113,12 @@ std::vector<Setting> make_table() {
       integer("threads", "--threads", "DSV4_THREADS", 0, 0, 1024, "compute threads (0 = all CPUs)"),
       choice("numerics", "--numerics", "DSV4_NUMERICS", "fast", {"reference", "fast"},
              "reference (float32 activations) or fast (quantized activations)"),
+      text("gpu", "--gpu", "DSV4_GPU", "auto",
+           "GPU tier (issue 45; it does not compute the model yet, so every choice runs on the CPU): auto "
+           "(a Vulkan device when one is found, else the CPU), off, or a device number from `dsv4 settings` "
+           "(checked, and named once on stderr)"),
+      size("gpu_mem", "--gpu-mem", "DSV4_GPU_MEM", 0,
+           "device memory the GPU tier may use (0 = all of the device's; more than it has is refused)"),
       integer("chunk", "--chunk", "DSV4_CHUNK", 0, 0, kMaxTokens,
               "prefill chunk size in tokens (0 = automatic: the largest the RAM plan allows, up to the prompt)"),
       integer("ctx", "--ctx", "DSV4_CTX", 0, 0, int64_t{1} << 40,
