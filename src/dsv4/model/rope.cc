@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 namespace dsv4 {
 
@@ -20,7 +21,7 @@ Rope::Rope(int rope_dim, double theta, const YarnConfig& yarn) : rope_dim_(rope_
   // YaRN: keep high-frequency pairs (few rotations over the original context), divide
   // low-frequency pairs by `factor`, blend linearly between the correction dims.
   auto correction_dim = [&](double rotations) {
-    return rope_dim * std::log(static_cast<double>(yarn.original_max_position) / (rotations * 2 * M_PI)) /
+    return rope_dim * std::log(static_cast<double>(yarn.original_max_position) / (rotations * 2 * std::numbers::pi)) /
            (2 * std::log(theta));
   };
   double low = std::max(0.0, std::floor(correction_dim(yarn.beta_fast)));
