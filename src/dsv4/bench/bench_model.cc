@@ -122,8 +122,9 @@ nlohmann::ordered_json policy_report(const Checkpoint& ck, const MemoryPlan& pla
                                      const std::vector<ExpertEvent>& trace) {
   nlohmann::ordered_json policies = nlohmann::ordered_json::object();
   if (plan.all_resident) return policies;
-  for (const char* p : {"lru", "lfu", "opt"})
-    policies[p] = simulate_hit_rate(trace, ck.config().n_routed_experts, plan.slots, p, 1);
+  const ModelConfig& c = ck.config();
+  for (const char* p : {"freq", "lru", "lfu", "opt"})
+    policies[p] = simulate_hit_rate(trace, c.n_routed_experts, plan.slots, p, 1, c.num_hash_layers, c.n_experts_per_token);
   return policies;
 }
 
@@ -200,8 +201,9 @@ ReplayReport replay_report(const BenchModelOptions& o, const Checkpoint& ck, con
 void print_replay(const MemoryPlan& plan, const ReplayReport& rr) {
   const auto& policies = rr.policies;
   if (!policies.empty())
-    fmt::print("policies     decode hit rate with {} slots: LRU {:.3f}, LFU {:.3f}, optimal (Belady) {:.3f}\n",
-               plan.slots, policies["lru"].get<double>(), policies["lfu"].get<double>(), policies["opt"].get<double>());
+    fmt::print("policies     decode hit rate with {} slots: frequency {:.3f}, LRU {:.3f}, LFU {:.3f}, optimal (Belady) {:.3f}\n",
+               plan.slots, policies["freq"].get<double>(), policies["lru"].get<double>(), policies["lfu"].get<double>(),
+               policies["opt"].get<double>());
   for (const auto& r : rr.replays)
     fmt::print("replay       compute x{:<4} {:.3f} s/token compute, {:.3f} s/token i/o bound -> {:.3f} s/token "
                "({:.2f} x max), {:.3f} s/token blocked\n",

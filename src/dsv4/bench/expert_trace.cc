@@ -1,7 +1,9 @@
 #include "dsv4/platform/platform.h"
 #include "dsv4/bench/expert_trace.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -143,14 +145,61 @@ ReplayResult replay_trace(const Checkpoint& ck, const std::vector<ExpertEvent>& 
   return r;
 }
 
+namespace {
+
+// "freq": every expert keeps a decayed use count (log2 of sum over its uses of 2^(t / half_life),
+// t counted in acquires; time-invariant order, so no rescan), bounded to one double per expert.
+// The victim is the cached expert with the smallest value; hash-routed layers' experts (their
+// reuse is chance) always go first. A newcomer enters with its own value, so an expert used
+// once is the next to go and never evicts a hot one (admission by value).
+double simulate_frequency(const std::vector<std::pair<int64_t, int>>& seq, int n_experts, int hash_layers,
+                          int64_t slots, double half_life, int first_counted_token) {
+  std::unordered_map<int64_t, double> value;  // per expert seen, cached or not
+  std::set<std::pair<std::pair<int, double>, int64_t>> order;  // ((not hash, value), key) of cached experts
+  std::unordered_map<int64_t, std::pair<int, double>> rank;
+  uint64_t hits = 0, counted = 0;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    const int64_t k = seq[i].first;
+    const bool count = seq[i].second >= first_counted_token;
+    const double now = double(i) / half_life;
+    auto v = value.find(k);
+    const double nv = v == value.end() ? now
+                                       : std::max(v->second, now) + std::log2(1.0 + std::exp2(-std::abs(v->second - now)));
+    value[k] = nv;
+    const std::pair<int, double> key{k / n_experts >= hash_layers ? 1 : 0, nv};
+    auto it = rank.find(k);
+    if (it != rank.end()) {
+      if (count) ++hits;
+      order.erase({it->second, k});
+    } else if (static_cast<int64_t>(rank.size()) >= slots) {
+      auto victim = order.begin();
+      rank.erase(victim->second);
+      order.erase(victim);
+    }
+    if (count) ++counted;
+    rank[k] = key;
+    order.insert({key, k});
+  }
+  return counted ? double(hits) / double(counted) : 0.0;
+}
+
+}  // namespace
+
 double simulate_hit_rate(const std::vector<ExpertEvent>& events, int n_experts, int64_t slots,
-                         const std::string& policy, int first_counted_token) {
+                         const std::string& policy, int first_counted_token, int hash_layers,
+                         int experts_per_token) {
   // The acquire sequence with token numbers.
   std::vector<std::pair<int64_t, int>> seq;  // (key, token)
   int token = 0;
   for (const ExpertEvent& e : events) {
     if (e.kind == ExpertEvent::Kind::kAcquire) seq.emplace_back(int64_t(e.layer) * n_experts + e.experts[0], token);
     if (e.kind == ExpertEvent::Kind::kTokenEnd) ++token;
+  }
+  if (policy == "freq") {
+    int layers = 0;
+    for (const auto& [k, t] : seq) layers = std::max(layers, int(k / n_experts) + 1);
+    const double half_life = 4.0 * std::max(1, layers) * std::max(1, experts_per_token);  // about 4 tokens
+    return simulate_frequency(seq, n_experts, hash_layers, slots, half_life, first_counted_token);
   }
   std::vector<size_t> next_use(seq.size(), std::numeric_limits<size_t>::max());
   if (policy == "opt") {

@@ -135,6 +135,7 @@ struct SynthCliOptions {
   std::string preset;  // flash | pro
   std::vector<int64_t> compress_ratios;  // --compress-ratios (empty: the preset's schedule)
   std::string layout;  // official | contiguous
+  std::string routing_skew;  // off | real
   bool demo = false;
   bool quiet = false;
 };

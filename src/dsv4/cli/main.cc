@@ -266,6 +266,7 @@ void register_synth(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "synth_layout", c.synth.layout);
   b.add(cmd, "synth_shard_size", s.shard_bytes);
   b.add(cmd, "synth_seed", s.seed);
+  b.add(cmd, "synth_routing_skew", c.synth.routing_skew);
   b.add(cmd, "synth_quiet", c.synth.quiet);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::synth(c.synth); }});
 }

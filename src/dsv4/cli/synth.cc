@@ -57,6 +57,10 @@ SynthOptions with_overrides(const SynthCliOptions& o) {
 int synth(const SynthCliOptions& o) {
   SynthOptions s = o.demo ? demo_synth_options(o.options.out) : with_overrides(o);
   s.layout = parse_tensor_layout(o.layout);
+  if (o.routing_skew == "real") {
+    if (o.demo) fail("--routing-skew applies to a synthetic checkpoint, not --demo");
+    s.routing = real_routing_skew();
+  }
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   synthesize(s, [&](uint64_t done, uint64_t total) {

@@ -246,6 +246,9 @@ std::vector<Setting> make_table() {
       size("synth_shard_size", "--shard-size", "", uint64_t{4} << 30,
            "synth --layout contiguous: bytes per shard (approximate)"),
       seed("synth_seed", "--seed", "", 1, "synth: random seed"),
+      choice("synth_routing_skew", "--routing-skew", "", "off", {"off", "real"},
+             "synth: off (uniform random routing) or real (the router's weights give per-layer popularity, topic "
+             "locality and drift calibrated to the published V4 Flash LRU and Belady curves; docs/benchmarks.md)"),
       flag_bool("synth_quiet", "--quiet", "", false, "synth: no progress on stderr"),
       path("relayout_src", "src", "", "relayout: checkpoint directory to copy (positional)"),
       path("relayout_dst", "dst", "", "relayout: directory for the re-laid copy (positional)"),

@@ -98,12 +98,38 @@ enum class Fill {
   kFp8Codes, kFp4Codes, kScales, kBf16Uniform, kF32Uniform, kTid2eid,
 };
 
+// What --routing-skew changes in a tensor (RoutingSkew in synth.h).
+enum class Skew : uint8_t {
+  kNone,
+  kEmbed,          // embed.weight: the token's topic channel set, the other topic channels 0
+  kHead,           // head.weight: a pull towards the token's topic channel
+  kGate,           // a scored layer's ffn.gate.weight: pulls towards the layer's home experts
+  kBias,           // ffn.gate.bias: per-layer popularity
+  kZeroTopicRows,  // attn.wo_b, shared and routed w2: no write into the topic channels
+};
+
 struct TensorPlan {
   TensorDecl decl;
   Fill fill = Fill::kF32Uniform;
   float lo = 0, hi = 0;   // uniform fills
   uint8_t scale = 127;    // kScales: base E8M0 byte
+  Skew skew = Skew::kNone;
+  int layer = -1;         // kGate, kBias: the main layer
 };
+
+// The topic of a token id: a fixed hash, so topics interleave over the vocabulary.
+int topic_of(int64_t token, int topics) {
+  uint64_t z = static_cast<uint64_t>(token) * 0x9E3779B97F4A7C15ull;
+  z ^= z >> 29;
+  z *= 0xBF58476D1CE4E5B9ull;
+  z ^= z >> 32;
+  return static_cast<int>(z % static_cast<uint64_t>(topics));
+}
+
+int main_layer_of(const std::string& name) {
+  if (name.rfind("layers.", 0) != 0) return -1;
+  return std::stoi(name.substr(7));
+}
 
 // How each tensor of the schema is filled. Every linear keeps unit-RMS inputs unit-RMS.
 std::vector<TensorPlan> plan_tensors(const ModelConfig& c) {
@@ -175,12 +201,79 @@ std::vector<TensorPlan> plan_tensors(const ModelConfig& c) {
   return plans;
 }
 
+void mark_skew(std::vector<TensorPlan>& plans, const RoutingSkew& r) {
+  if (!r.on) return;
+  for (TensorPlan& p : plans) {
+    const std::string& n = p.decl.name;
+    p.layer = main_layer_of(n);
+    if (n == "embed.weight") p.skew = Skew::kEmbed;
+    else if (n == "head.weight") p.skew = Skew::kHead;
+    else if (p.layer >= 0 && ends_with(n, "ffn.gate.weight")) p.skew = Skew::kGate;
+    else if (p.layer >= 0 && ends_with(n, "ffn.gate.bias")) p.skew = Skew::kBias;
+    else if (ends_with(n, ".w2.weight") || ends_with(n, "attn.wo_b.weight")) p.skew = Skew::kZeroTopicRows;
+  }
+}
+
+// A scored layer's affinity of expert e to topic k, [E * topics]: each topic's home set of
+// `home_experts` distinct experts, graded from 1 down by home_slope.
+std::vector<float> home_affinity(const RoutingSkew& r, int layer, int64_t E, uint64_t seed) {
+  std::vector<float> a(static_cast<size_t>(E * r.topics), 0.0f);
+  Rng rng(fnv1a(fmt::format("home.{}", layer), seed * 0x9E3779B97F4A7C15ull + 7));
+  // Layers differ: the home set's size is home_experts x 2^u, u uniform in [-1.5, 1.5] per layer,
+  // so each layer's working set outgrows the cache at a different size (a smooth LRU curve).
+  const double u = rng.uniform(-1.5f, 1.5f);
+  const int m = static_cast<int>(std::clamp<int64_t>(std::lround(r.home_experts * std::exp2(u)), 1, E));
+  for (int k = 0; k < r.topics; ++k) {
+    for (int j = 0; j < m; ++j) {
+      int64_t e;
+      do {
+        e = static_cast<int64_t>(rng.next() % uint64_t(E));
+      } while (a[size_t(e * r.topics + k)] != 0.0f);
+      a[size_t(e * r.topics + k)] = static_cast<float>(1.0 - r.home_slope * double(j) / double(m));
+    }
+  }
+  return a;
+}
+
+// gate.bias of a scored layer: a random popularity order, bias = spread * (1 - rank / E)^power.
+std::vector<float> popularity_bias(const RoutingSkew& r, int layer, int64_t E, uint64_t seed) {
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) order[size_t(e)] = e;
+  Rng rng(fnv1a(fmt::format("popularity.{}", layer), seed * 0x9E3779B97F4A7C15ull + 11));
+  for (int64_t i = E - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(rng.next() % uint64_t(i + 1))]);
+  std::vector<float> bias(static_cast<size_t>(E));
+  for (int64_t rank = 0; rank < E; ++rank)
+    bias[size_t(order[size_t(rank)])] =
+        static_cast<float>(r.bias_spread * std::pow(1.0 - double(rank) / double(E), r.bias_power));
+  return bias;
+}
+
 // Streams one tensor's bytes into the writer, generated from a seed derived from the
 // tensor's name (so sharding and chunking never change a byte).
-void write_tensor(SafetensorsWriter& w, const TensorPlan& p, const ModelConfig& c, uint64_t seed) {
+void write_tensor(SafetensorsWriter& w, const TensorPlan& p, const ModelConfig& c, uint64_t seed,
+                  const RoutingSkew& r) {
   static const Fp8Table fp8;
   Rng rng(fnv1a(p.decl.name, seed * 0x9E3779B97F4A7C15ull + 1));
   const uint64_t total = p.decl.bytes();
+  // --routing-skew: the topic channels' values (RoutingSkew in synth.h).
+  const int64_t D = c.hidden_size, K = r.on ? r.topics : 0;
+  const double channel = r.embed_channel * std::sqrt(double(D));  // the embedding's topic value
+  std::vector<float> affinity, bias;
+  if (p.skew == Skew::kGate) affinity = home_affinity(r, p.layer, c.n_routed_experts, seed);
+  if (p.skew == Skew::kBias) bias = popularity_bias(r, p.layer, c.n_routed_experts, seed);
+  // The value of element (row, col < K) of a 2-D skewed BF16 tensor.
+  auto topic_value = [&](int64_t row, int64_t col) -> float {
+    switch (p.skew) {
+      case Skew::kEmbed: return col == topic_of(row, r.topics) ? float(channel) : 0.0f;
+      case Skew::kHead: return col == topic_of(row, r.topics) ? float(r.head_pull / channel) : 0.0f;
+      case Skew::kGate:
+        return float(r.router_pull * std::sqrt(1.0 + r.depth_gain * p.layer) * affinity[size_t(row * K + col)] / channel);
+      default: return 0.0f;
+    }
+  };
+  const bool skew_bf16 = p.skew == Skew::kEmbed || p.skew == Skew::kHead || p.skew == Skew::kGate;
+  const uint64_t zero_bytes =
+      p.skew == Skew::kZeroTopicRows ? uint64_t(K) * (total / uint64_t(p.decl.shape[0])) : 0;
   if (p.fill == Fill::kTid2eid) {
     // Each token routes to K distinct experts.
     const int64_t V = p.decl.shape[0], K = p.decl.shape[1];
@@ -232,20 +325,27 @@ void write_tensor(SafetensorsWriter& w, const TensorPlan& p, const ModelConfig& 
       }
       case Fill::kBf16Uniform:
         for (uint64_t i = 0; i < n; i += 2) {
-          const uint16_t h = f32_to_bf16(rng.uniform(p.lo, p.hi));
+          float v = rng.uniform(p.lo, p.hi);
+          if (skew_bf16) {
+            const int64_t at = int64_t((done + i) / 2), col = at % D;
+            if (col < K) v = topic_value(at / D, col);
+          }
+          const uint16_t h = f32_to_bf16(v);
           dst[i] = static_cast<uint8_t>(h);
           dst[i + 1] = static_cast<uint8_t>(h >> 8);
         }
         break;
       case Fill::kF32Uniform:
         for (uint64_t i = 0; i < n; i += 4) {
-          const float v = rng.uniform(p.lo, p.hi);
+          float v = rng.uniform(p.lo, p.hi);
+          if (!bias.empty()) v = bias[size_t((done + i) / 4)];
           std::memcpy(dst + i, &v, 4);
         }
         break;
       case Fill::kTid2eid:
         break;
     }
+    if (done < zero_bytes) std::memset(dst, 0, static_cast<size_t>(std::min(n, zero_bytes - done)));  // code 0 is +0
     done += n;
   }
 }
@@ -338,11 +438,19 @@ void check_options(const SynthOptions& o) {
   if (o.hidden % 64 || o.moe_inter % 64) fail("--hidden and --moe-inter must be multiples of 64");
   if (o.hash_layers > o.layers) fail("--hash-layers {} exceeds --layers {}", o.hash_layers, o.layers);
   if (o.shard_bytes < (1u << 20)) fail("--shard-size must be at least 1M");
+  if (o.routing.on && (o.routing.topics < 1 || o.routing.topics > o.hidden / 4))
+    fail("--routing-skew needs hidden >= 4 x {} topic channels, got hidden {}", o.routing.topics, o.hidden);
   if (o.tokenizer && o.vocab != 256 + o.bpe_merges + 16)
     fail("a tokenizer needs vocab = 256 + merges + 16 = {}, got {}", 256 + o.bpe_merges + 16, o.vocab);
 }
 
 }  // namespace
+
+RoutingSkew real_routing_skew() {
+  RoutingSkew r;
+  r.on = true;
+  return r;
+}
 
 SynthOptions synth_preset(SynthPreset preset) {
   SynthOptions o;  // the defaults are V4 Flash's
@@ -457,7 +565,8 @@ void synthesize(const SynthOptions& o, const SynthProgress& progress) {
   const ModelConfig c = ModelConfig::from_json(config_text, o.out + "/config.json");
   make_dirs(o.out);
 
-  const std::vector<TensorPlan> plans = plan_tensors(c);
+  std::vector<TensorPlan> plans = plan_tensors(c);
+  mark_skew(plans, o.routing);
   const std::vector<std::vector<size_t>> shards =
       o.layout == TensorLayout::kOfficial ? official_shards(plans, c) : sized_shards(plans, o.shard_bytes);
   uint64_t total = 0;
@@ -472,7 +581,7 @@ void synthesize(const SynthOptions& o, const SynthProgress& progress) {
       weight_map[plans[i].decl.name] = name;
     }
     SafetensorsWriter w(o.out + "/" + name, decls, {{"format", "pt"}});
-    for (size_t i : shards[s]) write_tensor(w, plans[i], c, o.seed);
+    for (size_t i : shards[s]) write_tensor(w, plans[i], c, o.seed, o.routing);
     w.finish(o.drop_page_cache);
     done += w.data_bytes();
     if (progress) progress(done, total);

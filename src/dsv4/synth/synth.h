@@ -23,6 +23,33 @@ namespace dsv4 {
 // 384 experts x 3072, index_topk 1024, routed_scaling_factor 2.5, HCA-led schedule).
 enum class SynthPreset : uint8_t { kFlash, kPro };
 
+// Routing that looks real (--routing-skew real): the router's weights, not a trace, make the
+// skew. A few hidden channels (one per "topic") are reserved: the embedding writes a token's
+// topic into its channel, no layer writes to those channels (rows of attn.wo_b, shared and
+// routed w2 are zero there), so every layer's router sees the current token's topic; each
+// scored layer's gate.weight pulls a per-(layer, topic) home set of experts up, gate.bias
+// (e_score_correction_bias) gives a per-layer Zipf-like popularity, and head.weight pulls
+// the next token towards the current topic, so greedy text stays on a topic for a while and
+// then drifts. Hash layers keep their random tid2eid table (they cache far worse, as in the
+// real model). Values are scale-free in hidden size; calibrated in docs/benchmarks.md.
+struct RoutingSkew {
+  bool on = false;
+  int topics = 16;             // reserved channels 0..topics-1
+  double embed_channel = 0.5;  // embedding's topic channel value / sqrt(hidden)
+  double head_pull = 6.0;       // logit bonus (before the final RMS) of same-topic next tokens
+  double router_pull = 1.75;    // router logit bonus of a (layer, topic) home expert
+  int home_experts = 40;       // home experts per (layer, topic)
+  double home_slope = 0.2;     // the j-th home expert's affinity is 1 - home_slope * j / home_experts
+  double bias_spread = 0.5;    // gate.bias of the most popular expert; the least gets 0
+  double bias_power = 1.0;     // popularity shape: bias = spread * (1 - rank / E) ^ power
+  // The residual stream grows with depth, so the topic channel's share of a layer's normed
+  // input shrinks; layer l's router pull is scaled by sqrt(1 + depth_gain * l) to keep it.
+  double depth_gain = 1.0;
+};
+
+// The calibrated setting (the defaults above; docs/benchmarks.md, "Routing that looks real").
+RoutingSkew real_routing_skew();
+
 struct SynthOptions {
   std::string out;  // directory (created if missing; files in it are overwritten)
   SynthPreset preset = SynthPreset::kFlash;  // the layer schedule's proportions
@@ -53,6 +80,7 @@ struct SynthOptions {
   uint64_t seed = 1;
   bool tokenizer = false;  // also write tokenizer.json + tokenizer_config.json (needs vocab >= 256 + 16 + merges)
   int bpe_merges = 0;      // with tokenizer: merges to learn (vocab = 256 + merges + 16 specials)
+  RoutingSkew routing;     // off: uniform routing (every byte as before)
   bool drop_page_cache = true;  // fdatasync + FADV_DONTNEED each shard after writing it
 };
 
