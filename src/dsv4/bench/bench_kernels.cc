@@ -22,6 +22,7 @@
 #include "dsv4/kernels/formats.h"
 #include "dsv4/kernels/kernels.h"
 #include "dsv4/bench/machine_limits.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/thread_pool.h"
 
@@ -138,7 +139,7 @@ int bench_kernels(const BenchKernelsOptions& o) {
   kernels::MachineLimits lim = kernels::measure_machine_limits(&pool);
   if (!o.json) {
     double load[3] = {0, 0, 0};
-    if (getloadavg(load, 3) < 1) load[0] = -1;
+    if (!platform::load_average(load)) load[0] = -1;
     std::printf("machine: DRAM read %.1f GB/s, FP32 FMA peak %.0f GFLOP/s (%s width, %d threads, medians); "
                 "load average %.2f\n\n",
                 lim.dram_read_gbps, lim.fma_gflops, path.c_str(), threads, load[0]);

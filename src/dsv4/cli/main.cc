@@ -22,7 +22,6 @@
 #include "dsv4/runtime/settings.h"
 #include "dsv4/util/error.h"
 
-extern char** environ;
 
 namespace {
 
@@ -410,7 +409,7 @@ int main(int native_argc, char** native_argv) {
     std::fputs(app.help().c_str(), stderr);
     return 2;
   }
-  if (const std::vector<std::string> unknown = dsv4::unknown_environment(environ); !unknown.empty()) {
+  if (const std::vector<std::string> unknown = dsv4::unknown_environment(dsv4::platform::environment()); !unknown.empty()) {
     for (const std::string& p : unknown) error(p);
     return 2;
   }

@@ -18,6 +18,25 @@
 
 namespace dsv4::kernels::detail {
 
+// a * b + c rounded once, as the FMA instructions of the SIMD paths compute it, without relying
+// on the C library: MinGW-w64's fmaf is not correctly rounded. The product of two floats is
+// exact in double; the double sum is made round-to-odd (TwoSum gives its exact error), and a
+// round-to-odd value with 29 spare bits rounds to float exactly as the exact sum would.
+static inline float exact_fma(float a, float b, float c) {
+  const double p = double(a) * double(b), q = double(c);
+  double s = p + q;
+  if (s - s != 0) return static_cast<float>(s);  // inf or NaN: nothing to correct
+  const double bv = s - p;
+  const double e = (p - (s - bv)) + (q - bv);
+  uint64_t bits;
+  std::memcpy(&bits, &s, 8);
+  if (e != 0 && (bits & 1) == 0) {
+    bits += ((e > 0) == (s > 0)) ? 1 : uint64_t(-1);  // the odd neighbour on the exact side
+    std::memcpy(&s, &bits, 8);
+  }
+  return static_cast<float>(s);
+}
+
 inline constexpr int kLanes = 8;        // float accumulation lanes: lane = column mod 8
 inline constexpr int kQBlock = 32;      // fast-mode activation quantization block
 inline constexpr int kSpan = 64;        // activation layout span: 32 even columns, then 32 odd

@@ -1,6 +1,6 @@
 // The scalar reference path. Its loops ARE the definition of the canonical accumulation orders
 // (docs/kernels.md); the SIMD paths reproduce them bit for bit. Every multiply-add is an
-// explicit std::fma so the compiler cannot fuse or split differently from the SIMD code.
+// explicit exact_fma (kernels_internal.h) so the compiler cannot fuse or split differently from the SIMD code.
 #include <chrono>
 #include <cmath>
 
@@ -25,11 +25,11 @@ static_assert(kChunkCols % kQBlock == 0 && kChunkCols % kLanes == 0, "chunks hol
 void lane_fma(const float* w, const float* x, int64_t c0, int64_t len, int64_t cols, float* acc) {
   const int64_t whole = std::min(len, (cols - c0) / kLanes * kLanes);  // groups of 8 inside the row
   for (int64_t c = 0; c < whole; c += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] = std::fma(w[c + l], x[c0 + c + l], acc[l]);
+    for (int l = 0; l < kLanes; ++l) acc[l] = exact_fma(w[c + l], x[c0 + c + l], acc[l]);
   for (int64_t c = whole; c < len; c += kLanes)
     for (int l = 0; l < kLanes; ++l) {
       const int64_t col = c0 + c + l;
-      acc[l] = std::fma(col < cols ? w[c + l] : 0.0f, col < cols ? x[col] : 0.0f, acc[l]);
+      acc[l] = exact_fma(col < cols ? w[c + l] : 0.0f, col < cols ? x[col] : 0.0f, acc[l]);
     }
 }
 
@@ -78,7 +78,7 @@ void matmul_rows_scalar(const MatmulJob& job, int64_t r0, int64_t r1) {
               const int64_t p = span_pos(c);
               isum += wq[c - c0] * (256 * q[p] + ql[p]);
             }
-            acc = std::fma(static_cast<float>(isum), d[b] * sc[b - b0], acc);
+            acc = exact_fma(static_cast<float>(isum), d[b] * sc[b - b0], acc);
           }
           y = acc;
         }
@@ -138,11 +138,11 @@ float dot_scalar(const float* a, const float* b, int64_t n) {
   float acc[32] = {};
   int64_t c = 0;
   for (; c + 32 <= n; c += 32)
-    for (int l = 0; l < 32; ++l) acc[l] = std::fma(a[c + l], b[c + l], acc[l]);
+    for (int l = 0; l < 32; ++l) acc[l] = exact_fma(a[c + l], b[c + l], acc[l]);
   if (c < n) {
     for (int l = 0; l < 32; ++l) {
       float av = c + l < n ? a[c + l] : 0.0f, bv = c + l < n ? b[c + l] : 0.0f;
-      acc[l] = std::fma(av, bv, acc[l]);
+      acc[l] = exact_fma(av, bv, acc[l]);
     }
   }
   float g[8];
@@ -151,7 +151,7 @@ float dot_scalar(const float* a, const float* b, int64_t n) {
 }
 
 void axpy_scalar(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = exact_fma(a, x[i], y[i]);
 }
 
 // The definitions of the batched forms: the single products, one after another.
@@ -169,7 +169,7 @@ double fma_probe_scalar(int64_t iters) {
   float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   const float m = 0.999999f, a = 1e-7f;
   for (int64_t k = 0; k < iters; ++k)
-    for (int l = 0; l < 8; ++l) acc[l] = std::fma(acc[l], m, a);
+    for (int l = 0; l < 8; ++l) acc[l] = exact_fma(acc[l], m, a);
   volatile float sink = acc[0] + acc[7];
   (void)sink;
   return 2.0 * 8 * static_cast<double>(iters);

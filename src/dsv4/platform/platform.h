@@ -92,6 +92,10 @@ uint64_t current_rss_bytes();  // 0 if unknown
 // Linux; available physical memory elsewhere). 0 if unknown.
 uint64_t available_memory_bytes();
 uint64_t total_memory_bytes();
+// The 1, 5 and 15 minute load averages; false where the OS has none (Windows).
+bool load_average(double out[3]);
+// The process's environment, NAME=VALUE strings ending with a null.
+char** environment();
 // CPUs this process may run on (its affinity mask), at least 1.
 int cpu_count();
 // "Linux", "Windows", "macOS", for `dsv4 settings`.

@@ -16,6 +16,8 @@
 
 #include "dsv4/platform/platform.h"
 
+extern char** environ;  // POSIX: the process environment
+
 namespace dsv4::platform {
 
 int open_read(const std::string& path) {
@@ -107,6 +109,9 @@ void* aligned_alloc(size_t align, size_t bytes) {
   return std::aligned_alloc(align, rounded);
 }
 void aligned_free(void* p) { std::free(p); }
+
+bool load_average(double out[3]) { return ::getloadavg(out, 3) == 3; }
+char** environment() { return environ; }
 
 void init_console() {}
 

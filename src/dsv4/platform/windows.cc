@@ -320,11 +320,21 @@ uint8_t* allocate_pages(size_t bytes) {
     if (void* p = VirtualAlloc(nullptr, rounded, MEM_RESERVE | MEM_COMMIT | MEM_LARGE_PAGES, PAGE_READWRITE))
       return static_cast<uint8_t*>(p);
   }
-  return static_cast<uint8_t*>(VirtualAlloc(nullptr, std::max<size_t>(bytes, 1), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE));
+  // 2 MiB-aligned like the other systems: reserve 2 MiB more, commit the aligned part.
+  constexpr size_t kAlign = size_t{2} << 20;
+  const size_t size = std::max<size_t>(bytes, 1);
+  void* base = VirtualAlloc(nullptr, size + kAlign, MEM_RESERVE, PAGE_NOACCESS);
+  if (!base) return nullptr;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + kAlign - 1) / kAlign * kAlign;
+  void* p = VirtualAlloc(reinterpret_cast<void*>(start), size, MEM_COMMIT, PAGE_READWRITE);
+  if (!p) VirtualFree(base, 0, MEM_RELEASE);
+  return static_cast<uint8_t*>(p);
 }
 
 void free_pages(uint8_t* p, size_t) {
-  if (p) VirtualFree(p, 0, MEM_RELEASE);
+  if (!p) return;
+  MEMORY_BASIC_INFORMATION info{};
+  if (VirtualQuery(p, &info, sizeof info)) VirtualFree(info.AllocationBase, 0, MEM_RELEASE);
 }
 
 void* aligned_alloc(size_t align, size_t bytes) { return _aligned_malloc(std::max<size_t>(bytes, 1), align); }
@@ -361,6 +371,9 @@ int cpu_count() {
   GetSystemInfo(&si);
   return std::max<int>(1, static_cast<int>(si.dwNumberOfProcessors));
 }
+
+bool load_average(double*) { return false; }
+char** environment() { return _environ; }
 
 const char* os_name() { return "Windows"; }
 const char* native_read_queue_name() { return "IOCP"; }

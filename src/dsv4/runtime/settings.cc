@@ -315,6 +315,7 @@ std::vector<Setting> make_table() {
       flag_bool("setup_aarch64", "", "DSV4_SETUP_AARCH64", true, "scripts/setup.sh: install the aarch64 cross toolchain, qemu-user and arm64 libraries"),
       flag_bool("setup_browser", "", "DSV4_SETUP_BROWSER", true, "scripts/setup.sh: install Chromium for the web tests"),
       flag_bool("skip_windows", "", "DSV4_SKIP_WINDOWS", false, "scripts/test.sh: skip the Windows cross build and its wine tests"),
+      flag_bool("windows", "", "DSV4_WINDOWS", false, "scripts/test.sh: run the Windows cross build and its wine tests (opt-in for now)"),
       flag_bool("setup_windows", "", "DSV4_SETUP_WINDOWS", true,
                 "scripts/setup.sh: install MinGW-w64, wine and the Windows build's Debian sources"),
   };
@@ -617,12 +618,12 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   return best;
 }
 
-std::vector<std::string> unknown_environment(char** environ) {
+std::vector<std::string> unknown_environment(char** env) {
   std::vector<std::string> known;
   for (const Setting& s : all_settings())
     if (!s.env.empty()) known.push_back(s.env);
   std::vector<std::string> problems;
-  for (char** e = environ; e && *e; ++e) {
+  for (char** e = env; e && *e; ++e) {
     if (std::strncmp(*e, "DSV4_", 5) != 0) continue;
     const char* eq = std::strchr(*e, '=');
     std::string name(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));

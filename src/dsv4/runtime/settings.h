@@ -100,8 +100,9 @@ T setting_default(std::string_view key) {
 // The closest candidate by edit distance, or "" when nothing is reasonably close.
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
-// Returns one error line per DSV4_* variable in `environ` that no setting knows.
-std::vector<std::string> unknown_environment(char** environ);
+// Returns one error line per DSV4_* variable in `env` (NAME=VALUE strings, null-terminated) that
+// no setting knows.
+std::vector<std::string> unknown_environment(char** env);
 
 // Human-readable table of every setting (for `dsv4 settings`): names, kind, the default as
 // parse_setting accepts it, what is accepted, help.

@@ -29,6 +29,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include "dsv4/platform/platform.h"
@@ -389,11 +390,7 @@ std::optional<Reply> Server::Impl::get_reply(const HttpHead& head) {
   const bool anthropic = head.find("anthropic-version") != nullptr;
   auto model_json = [this, anthropic](const std::string& id) {
     if (anthropic) {
-      char created[32];
-      const std::time_t t = started_at;
-      std::tm tm{};
-      gmtime_r(&t, &tm);
-      std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      const std::string created = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(static_cast<std::time_t>(started_at)));
       return Json{{"type", "model"}, {"id", id}, {"display_name", id}, {"created_at", created}};
     }
     return Json{{"id", id},
