@@ -25,16 +25,19 @@ command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
 WANT_BROWSER=${DSV4_SETUP_BROWSER:-1}
 if [[ "$WANT_BROWSER" == 1 ]]; then APT_PACKAGES+=(chromium); fi
 
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
+SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
+# Installs those of the given packages that are missing; returns 1 when none was.
+install_missing() {
+  local p missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 1
   echo "setup: installing ${missing[*]}"
-  SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+}
+install_missing "${APT_PACKAGES[@]}" || true
 
 # The aarch64 stage of scripts/test.sh (the NEON kernels, cross-compiled and run under
 # qemu-user): Debian's cross compiler, qemu-user and the arm64 multiarch packages the library
@@ -42,7 +45,6 @@ fi
 # unpacked under build/arm64-deps (its CMake package; the toolchain file looks there).
 # DSV4_SETUP_AARCH64=0 skips all of it.
 if [[ "${DSV4_SETUP_AARCH64:-1}" == 1 ]]; then
-  SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
   ARM64_PACKAGES=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 liburing-dev:arm64
     libgtest-dev:arm64 libgmock-dev:arm64 libsimdjson14:arm64)
   fresh=0
@@ -50,15 +52,7 @@ if [[ "${DSV4_SETUP_AARCH64:-1}" == 1 ]]; then
     $SUDO dpkg --add-architecture arm64
     fresh=1
   fi
-  missing=()
-  for p in "${ARM64_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if ((${#missing[@]})); then
-    echo "setup: installing ${missing[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  elif ((fresh)); then
+  if ! install_missing "${ARM64_PACKAGES[@]}" && ((fresh)); then
     $SUDO apt-get update -qq
   fi
   if [[ ! -f build/arm64-deps/.dsv4-unpacked ]]; then
@@ -80,17 +74,7 @@ fi
 # simdjson (apt-get source, from a deb-src entry this adds), which the cross build compiles.
 # DSV4_SETUP_WINDOWS=0 skips all of it.
 if [[ "${DSV4_SETUP_WINDOWS:-1}" == 1 ]]; then
-  SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
-  WIN_PACKAGES=(g++-mingw-w64-x86-64-posix wine wine64 dpkg-dev)
-  missing=()
-  for p in "${WIN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if ((${#missing[@]})); then
-    echo "setup: installing ${missing[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  install_missing g++-mingw-w64-x86-64-posix wine wine64 dpkg-dev || true
   deps=build/win-deps
   if [[ ! -f $deps/.dsv4-ready ]]; then
     echo "setup: preparing the Windows dependencies in $deps"

@@ -1,6 +1,7 @@
 // What the read queues share: a job's bookkeeping and its error lines.
 #pragma once
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -30,6 +31,36 @@ inline void note_refused(ReadOutcome& outcome, int shard) {
   for (int s : outcome.refused_direct)
     if (s == shard) return;
   outcome.refused_direct.push_back(shard);
+}
+
+
+// One finished read of `op` (job `job`, `got` bytes of it so far) that returned `res` (bytes,
+// or -errno) in an asynchronous queue; returns true when the op is complete, false when it must
+// be read again from `got` (interrupted, or the volume refused the unbuffered read: it then
+// reads through the cache).
+inline bool account_read(ReadOp& op, Job& job, uint64_t& got, int res) {
+  if (res == -EINTR || res == -EAGAIN) return false;
+  if (res == -EINVAL && op.fd != op.buffered_fd) {
+    op.fd = op.buffered_fd;
+    note_refused(job.outcome, op.shard);
+    return false;
+  }
+  if (res < 0) {
+    if (job.outcome.error.empty()) {
+      job.outcome.error = read_error(op, op.offset + got, -res);
+      job.outcome.failed_shard = op.shard;
+    }
+    return true;
+  }
+  if (res == 0) {
+    if (got < op.needed && job.outcome.error.empty()) {
+      job.outcome.error = eof_error(op, op.offset + got);
+      job.outcome.failed_shard = op.shard;
+    }
+    return true;
+  }
+  got += static_cast<uint64_t>(res);
+  return got >= op.needed;  // the slack after `needed` may lie past the end of the file
 }
 
 }  // namespace dsv4::read_queue_detail

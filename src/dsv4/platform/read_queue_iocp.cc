@@ -128,37 +128,9 @@ class IocpReadQueue final : public ReadQueue {
     // Success now or later: the port gets the completion either way.
   }
 
-  // Handles one finished read; returns true when its op is complete.
-  bool on_result(OpState* s, int res) {
-    ReadOp& op = *s->op;
-    Job& job = *s->job;
-    if (res == -EINTR) return false;
-    if (res == -EINVAL && op.fd != op.buffered_fd) {
-      op.fd = op.buffered_fd;  // the volume refused an unbuffered read: read through the cache
-      note_refused(job.outcome, op.shard);
-      return false;
-    }
-    if (res < 0) {
-      if (job.outcome.error.empty()) {
-        job.outcome.error = read_error(op, op.offset + s->got, -res);
-        job.outcome.failed_shard = op.shard;
-      }
-      return true;
-    }
-    if (res == 0) {
-      if (s->got < op.needed && job.outcome.error.empty()) {
-        job.outcome.error = eof_error(op, op.offset + s->got);
-        job.outcome.failed_shard = op.shard;
-      }
-      return true;
-    }
-    s->got += static_cast<uint64_t>(res);
-    return s->got >= op.needed;  // the slack after `needed` may lie past the end of the file
-  }
-
   void handle(std::list<Active>& active, OpState* s, int res) {
     --in_flight_ops_;
-    if (!on_result(s, res)) {
+    if (!account_read(*s->op, *s->job, s->got, res)) {
       queue_read(s);
       return;
     }
