@@ -52,21 +52,19 @@ void free_pages(uint8_t* p, size_t bytes) {
 
 void release_free_memory() {}
 
-uint64_t peak_rss_bytes() {
-  mach_task_basic_info info;
+namespace {
+// This task's resident sizes (zeroed when the kernel does not answer).
+mach_task_basic_info task_memory() {
+  mach_task_basic_info info{};
   mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
   if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, reinterpret_cast<task_info_t>(&info), &count) != KERN_SUCCESS)
-    return 0;
-  return info.resident_size_max;
+    return mach_task_basic_info{};
+  return info;
 }
+}  // namespace
 
-uint64_t current_rss_bytes() {
-  mach_task_basic_info info;
-  mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
-  if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, reinterpret_cast<task_info_t>(&info), &count) != KERN_SUCCESS)
-    return 0;
-  return info.resident_size;
-}
+uint64_t peak_rss_bytes() { return task_memory().resident_size_max; }
+uint64_t current_rss_bytes() { return task_memory().resident_size; }
 
 uint64_t total_memory_bytes() {
   uint64_t bytes = 0;

@@ -246,7 +246,7 @@ PrefixStore::PrefixStore(std::string dir, uint64_t max_bytes, StoreIdentity iden
       identity_hex_(hex(identity.data(), 8)),
       limits_(limits),
       warn_(std::move(warn)) {
-  if (!platform::make_directory(dir_) && !is_directory(dir_))
+  if (!platform::make_directory(dir_))
     fail("--cache-dir {}: cannot create it: {}", dir_, std::strerror(errno));
   if (!is_directory(dir_)) fail("--cache-dir {}: not a directory", dir_);
   if (!platform::can_write_directory(dir_)) fail("--cache-dir {}: not writable: {}", dir_, std::strerror(errno));

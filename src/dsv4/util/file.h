@@ -8,11 +8,13 @@
 #include <memory>
 #include <string>
 
+#include "dsv4/platform/platform.h"
+
 namespace dsv4 {
 
 class IoFaults;
 
-inline constexpr size_t kDirectAlign = 4096;  // platform::kDirectAlign
+inline constexpr size_t kDirectAlign = platform::kDirectAlign;
 
 class File {
  public:
