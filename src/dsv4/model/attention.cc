@@ -8,6 +8,7 @@
 #include "dsv4/model/undo_log.h"
 #include "dsv4/model/rope.h"
 #include "dsv4/util/thread_pool.h"
+#include "dsv4/util/portable_math.h"
 
 namespace dsv4 {
 namespace {
@@ -100,8 +101,8 @@ void attend(const float* q, int nh, int n, const Row& row, int hd, const float* 
     float* sh = s + h * n;
     float mx = sink[h];
     for (int j = 0; j < n; ++j) mx = std::max(mx, sh[j]);
-    float denom = std::exp(sink[h] - mx);
-    for (int j = 0; j < n; ++j) denom += (sh[j] = std::exp(sh[j] - mx));
+    float denom = portable::exp(sink[h] - mx);
+    for (int j = 0; j < n; ++j) denom += (sh[j] = portable::exp(sh[j] - mx));
     for (int j = 0; j < n; ++j) sh[j] /= denom;  // p_j
   }
   std::fill(o, o + int64_t(nh) * hd, 0.0f);

@@ -8,6 +8,7 @@
 #include "dsv4/model/undo_log.h"
 #include "dsv4/model/rope.h"
 #include "dsv4/util/thread_pool.h"
+#include "dsv4/util/portable_math.h"
 
 namespace dsv4 {
 namespace {
@@ -19,9 +20,9 @@ void pool_window(const PoolSlot* slots, int n_slots, int dim, float* out) {
     float mx = -std::numeric_limits<float>::infinity();
     for (int s = 0; s < n_slots; ++s) mx = std::max(mx, slots[s].gate[d]);
     float denom = 0.0f;
-    for (int s = 0; s < n_slots; ++s) denom += std::exp(slots[s].gate[d] - mx);
+    for (int s = 0; s < n_slots; ++s) denom += portable::exp(slots[s].gate[d] - mx);
     float acc = 0.0f;
-    for (int s = 0; s < n_slots; ++s) acc += slots[s].kv[d] * (std::exp(slots[s].gate[d] - mx) / denom);
+    for (int s = 0; s < n_slots; ++s) acc += slots[s].kv[d] * (portable::exp(slots[s].gate[d] - mx) / denom);
     out[d] = acc;
   }
 }

@@ -5,6 +5,7 @@
 
 #include "dsv4/model/ops.h"
 #include "dsv4/util/thread_pool.h"
+#include "dsv4/util/portable_math.h"
 
 namespace dsv4 {
 namespace {
@@ -28,7 +29,7 @@ void sinkhorn(float* C, int n, int iters, float eps) {
     float mx = row[0];
     for (int k = 1; k < n; ++k) mx = std::max(mx, row[k]);
     float sum = 0.0f;
-    for (int k = 0; k < n; ++k) sum += (row[k] = std::exp(row[k] - mx));
+    for (int k = 0; k < n; ++k) sum += (row[k] = portable::exp(row[k] - mx));
     for (int k = 0; k < n; ++k) row[k] = row[k] / sum + eps;
   }
   auto normalize_columns = [&] {

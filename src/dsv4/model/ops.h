@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "dsv4/util/portable_math.h"
+
 namespace dsv4::ops {
 
 // out = x * rsqrt(mean(x^2) + eps) * weight   (weight may be null: unweighted)
@@ -24,9 +26,10 @@ inline void rms_norm_rows(const float* x, const float* weight, int64_t rows, int
   for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * n, weight, n, eps, out + r * n);
 }
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// exp and log1p from portable_math.h: the same bits on every OS.
+inline float sigmoid(float x) { return 1.0f / (1.0f + portable::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + portable::exp(-x)); }
 // torch.nn.functional.softplus with beta 1 and threshold 20.
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float softplus(float x) { return x > 20.0f ? x : static_cast<float>(portable::log1p(portable::exp(static_cast<double>(x)))); }
 
 }  // namespace dsv4::ops

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "dsv4/util/portable_math.h"
+
 namespace dsv4 {
 
 Rope::Rope(int rope_dim, double theta, const YarnConfig& yarn) : rope_dim_(rope_dim) {
@@ -13,7 +15,7 @@ Rope::Rope(int rope_dim, double theta, const YarnConfig& yarn) : rope_dim_(rope_
   std::vector<float> pos_freq(static_cast<size_t>(half));
   for (int i = 0; i < half; ++i) {
     float exponent = static_cast<float>(2 * i) / static_cast<float>(rope_dim);
-    pos_freq[i] = std::pow(static_cast<float>(theta), exponent);
+    pos_freq[i] = portable::pow(static_cast<float>(theta), exponent);
     inv_freq_[i] = 1.0f / pos_freq[i];
   }
   if (!yarn.enabled) return;
@@ -21,8 +23,8 @@ Rope::Rope(int rope_dim, double theta, const YarnConfig& yarn) : rope_dim_(rope_
   // YaRN: keep high-frequency pairs (few rotations over the original context), divide
   // low-frequency pairs by `factor`, blend linearly between the correction dims.
   auto correction_dim = [&](double rotations) {
-    return rope_dim * std::log(static_cast<double>(yarn.original_max_position) / (rotations * 2 * std::numbers::pi)) /
-           (2 * std::log(theta));
+    return rope_dim * portable::log(static_cast<double>(yarn.original_max_position) / (rotations * 2 * std::numbers::pi)) /
+           (2 * portable::log(theta));
   };
   double low = std::max(0.0, std::floor(correction_dim(yarn.beta_fast)));
   double high = std::min(static_cast<double>(rope_dim - 1), std::ceil(correction_dim(yarn.beta_slow)));
@@ -40,8 +42,8 @@ void Rope::angles(int64_t pos, float* cos, float* sin) const {
   const float p = static_cast<float>(pos);
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
     float angle = inv_freq_[i] * p;  // one float32 rounding, as the reference
-    cos[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-    sin[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    cos[i] = static_cast<float>(portable::cos(static_cast<double>(angle)));
+    sin[i] = static_cast<float>(portable::sin(static_cast<double>(angle)));
   }
 }
 

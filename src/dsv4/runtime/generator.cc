@@ -10,6 +10,7 @@
 #include "dsv4/runtime/session_mark.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/memory.h"
+#include "dsv4/util/portable_math.h"
 
 namespace dsv4 {
 namespace {
@@ -37,8 +38,8 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   double max = -std::numeric_limits<double>::infinity();
   for (float l : logits) max = std::max(max, static_cast<double>(l));
   double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  const double log_z = max + std::log(sum);
+  for (float l : logits) sum += portable::exp(static_cast<double>(l) - max);
+  const double log_z = max + portable::log(sum);
   auto logprob = [&](int32_t id) { return static_cast<float>(static_cast<double>(logits[id]) - log_z); };
   TokenLogprob out;
   out.token = token;

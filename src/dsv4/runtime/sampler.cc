@@ -9,6 +9,7 @@
 
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
+#include "dsv4/util/portable_math.h"
 
 namespace dsv4 {
 namespace {
@@ -129,7 +130,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   const double inv_t = 1.0 / params_.temperature;
   const double top = work_[ids_[0]];
   double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += prob[i] = std::exp((work_[ids_[i]] - top) * inv_t);
+  for (size_t i = 0; i < keep; ++i) total += prob[i] = portable::exp((work_[ids_[i]] - top) * inv_t);
   for (double& p : prob) p /= total;
 
   size_t n = keep;
