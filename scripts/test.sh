@@ -117,17 +117,16 @@ if [[ "${DSV4_SKIP_AARCH64:-0}" != 1 ]]; then
   ninja -C build/aarch64
   step "aarch64 tests under qemu-user"
   qemu-aarch64 build/aarch64/dsv4_tests --gtest_brief=1 \
-    --gtest_filter='Kernel*:Fixtures/ModelReference.TeacherForcedLogits/0:Fixtures/ModelReference.FastNumerics/0-KernelBench.*'
+    --gtest_filter='Kernel*:PortableMath.*:Fixtures/ModelReference.TeacherForcedLogits/0:Fixtures/ModelReference.FastNumerics/0-KernelBench.*'
 fi
 
-# Opt-in (DSV4_WINDOWS=1) until it has passed a whole run: see issue 44.
-if [[ "${DSV4_WINDOWS:-0}" == 1 && "${DSV4_SKIP_WINDOWS:-0}" != 1 ]]; then
+if [[ "${DSV4_SKIP_WINDOWS:-0}" != 1 ]]; then
   # Windows: dsv4.exe and the Windows tests cross-compiled with Debian's MinGW-w64 (static, so
-  # they run by themselves) and run under wine: kernels in every format and both numerics, the
-  # tokenizer, the fixtures' logits, streaming through the IOCP queue, the corrupt-checkpoint
-  # refusals, the platform layer (UTF-8 paths, a model folder in Cyrillic); then, from the Linux
-  # side, logits byte-identical to the Linux binary's and dsv4.exe serve on loopback. The tests
-  # that run the dsv4 binary from inside the test program stay Linux-only.
+  # they run by themselves) and run under wine: kernels in every format and both numerics,
+  # portable math's bits, the tokenizer, the fixtures' logits, streaming through the IOCP queue,
+  # the corrupt-checkpoint refusals and the other tests that run dsv4.exe, the platform layer
+  # (UTF-8 paths, a model folder in Cyrillic); then, from the Linux side, logits byte-identical
+  # to the Linux binary's and dsv4.exe serve on loopback.
   step "windows cross build (MinGW-w64)"
   cmake -S . -B build/windows -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-x86_64.cmake \
     -DCMAKE_BUILD_TYPE=Release -DDSV4_WERROR=ON >/dev/null
@@ -135,9 +134,13 @@ if [[ "${DSV4_WINDOWS:-0}" == 1 && "${DSV4_SKIP_WINDOWS:-0}" != 1 ]]; then
   step "windows tests under wine"
   export WINEPREFIX="$PWD/build/wine-prefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
   windows_skip=(
-    'KernelBench.*' 'ModelCli.*' 'TokenizeCli.*' 'Checkpoint.InspectPrintsSchedule' 'BadCheckpoint.*'
-    'StoreFaults.MirrorsAreCheckedWhenEveryExpertIsResident' 'ExpertValues.*' 'Planner.RamFlagOnCommands'
-    'ExpertStoreMemory.*' 'ShardWatch.*' 'ReadQueue.FallsBackToBufferedWhenDirectIsRefused'
+    'KernelBench.*'  # timings, not checks
+    # Replacing or deleting a shard the engine holds open: Windows refuses the rename over an
+    # open file and keeps a deleted one until it is closed, so the Linux scenario cannot happen.
+    'ShardWatch.*'
+    # A misaligned unbuffered read: Windows refuses it (the queue falls back to buffered), wine
+    # performs it, so the fallback cannot be provoked here.
+    'ReadQueue.FallsBackToBufferedWhenDirectIsRefused'
   )
   wine build/windows/dsv4_tests.exe --gtest_brief=1 \
     --gtest_filter="-$(IFS=:; echo "${windows_skip[*]}")"

@@ -41,8 +41,8 @@ done
 # 2. A corrupt checkpoint: the header length of the first shard points past the end.
 mkdir "$tmp/corrupt"
 cp ../shared/fixtures/tiny-a/*.json "$tmp/corrupt/"
-for shard in ../shared/fixtures/tiny-a/*.safetensors; do cp "$shard" "$tmp/corrupt/"; done
-first=$(ls "$tmp"/corrupt/*.safetensors | head -n 1)
+for shard in ../shared/fixtures/tiny-a/model-*.safetensors; do cp "$shard" "$tmp/corrupt/"; done
+first=$(ls "$tmp"/corrupt/model-*.safetensors | head -n 1)
 printf '\xff\xff\xff\xff\xff\x00\x00\x00' | dd of="$first" bs=1 count=8 conv=notrunc status=none
 set +e
 wine $windows inspect "$tmp/corrupt" >/dev/null 2>"$tmp/err"

@@ -21,6 +21,7 @@
 #include "dsv4/experts/expert_store.h"
 #include "dsv4/runtime/model_loader.h"
 #include "dsv4/runtime/planner.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/platform/read_queue.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/io/schema.h"
@@ -702,7 +703,8 @@ TEST(Planner, RamFlagOnCommands) {
   auto resident = test::run_dsv4("generate -m " + model + " --tokens 496,10,20,30 -n 6 --greedy --print-ids --ram 4G");
   ASSERT_EQ(resident.exit_code, 0) << resident.err;
   EXPECT_NE(resident.err.find("experts all 48 resident"), std::string::npos) << resident.err;
-  for (const char* io : {"uring", "threads"}) {
+  const std::string native = std::string(platform::native_read_queue_name()) == "IOCP" ? "iocp" : "uring";
+  for (const std::string& io : {native, std::string("threads")}) {
     auto streamed = test::run_dsv4("generate -m " + model + " --tokens 496,10,20,30 -n 6 --greedy --print-ids --ram min --io " + io);
     ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
     EXPECT_EQ(streamed.out, resident.out);

@@ -154,13 +154,17 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(platform::fs_path(path_), ec);
 }
 
+std::string dsv4_binary() {
+  const std::filesystem::path binary = platform::fs_path(DSV4_BINARY);
+  if (binary.empty() || binary.is_absolute()) return DSV4_BINARY;
+  return platform::utf8_path(platform::fs_path(platform::executable_path()).parent_path() / binary);
+}
+
 CommandResult run_dsv4(const std::string& args, const std::string& input, int timeout_s) {
   TempDir tmp;
   write_file(tmp / "in", input);
-  std::string cmd = "timeout " + std::to_string(timeout_s) + " " + DSV4_BINARY + " " + args + " <" + tmp / "in" +
-                    " >" + tmp / "out" + " 2>" + tmp / "err";
   CommandResult r;
-  r.exit_code = platform::run_shell(cmd);
+  r.exit_code = platform::run_program("\"" + dsv4_binary() + "\" " + args, tmp / "in", tmp / "out", tmp / "err", timeout_s);
   r.out = read_file(tmp / "out");
   r.err = read_file(tmp / "err");
   return r;

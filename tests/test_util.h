@@ -74,7 +74,10 @@ struct CommandResult {
   std::string err;
 };
 
-// Runs the dsv4 binary with a shell-quoted argument string; stdin from `input`.
+// The dsv4 binary: DSV4_BINARY, or beside this test executable when relative (Windows); "" in
+// the builds that have none.
+std::string dsv4_binary();
+// Runs the dsv4 binary with a quoted argument string (platform::run_program); stdin from `input`.
 CommandResult run_dsv4(const std::string& args, const std::string& input = "", int timeout_s = 120);
 
 // Writes a 2-layer synthetic checkpoint of ~400 MB (64 experts per layer, small attention) with

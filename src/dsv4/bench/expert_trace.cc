@@ -70,7 +70,7 @@ void save_trace(const std::string& path, const std::vector<ExpertEvent>& events)
 }
 
 std::vector<ExpertEvent> load_trace(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(platform::fs_path(path));
   if (!in) fail("{}: cannot open", path);
   std::vector<ExpertEvent> events;
   std::string kind, list;

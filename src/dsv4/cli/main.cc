@@ -384,6 +384,9 @@ int main(int native_argc, char** native_argv) {
   CLI::App app{"dsv4: DeepSeek V4 Flash on an ordinary CPU machine, from the official checkpoint"};
   app.name("dsv4");
   app.require_subcommand(1);
+  // The same options on every OS: CLI11 would read "/path" as a "/option" on Windows (before the
+  // subcommands are added: they inherit it).
+  app.allow_windows_style_options(false);
   Bindings bindings;
   auto commands = std::make_unique<Commands>();
   Commands& c = *commands;

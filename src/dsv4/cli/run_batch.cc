@@ -118,7 +118,7 @@ int run_batch(const RunOptions& o, const chat::EncodeOptions& eo) {
   if (o.batch_out.empty()) fail("--batch needs --out RESULTS.jsonl");
   std::vector<InputLine> texts;
   {
-    std::ifstream in(o.batch, std::ios::binary);
+    std::ifstream in(platform::fs_path(o.batch), std::ios::binary);
     if (!in) fail("{}: cannot open (--batch)", o.batch);
     BoundedLineReader reader(in, static_cast<size_t>(o.batch_line_mb) << 20);
     for (InputLine l; reader.next(l);) texts.push_back(std::move(l));  // every physical line, blank ones too

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dsv4/cli/common.h"
+#include "dsv4/platform/platform.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
 #include "dsv4/util/memory.h"
@@ -21,12 +22,12 @@ void print_expert_stats(Engine& engine, const ModelOptions& m) {
 void write_floats(const std::string& path, const std::vector<float>& v) {
   const std::string tmp = path + ".partial";
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    std::ofstream f(platform::fs_path(tmp), std::ios::binary | std::ios::trunc);
     if (!f) fail("{}: cannot open for writing", path);
     f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
     if (!f) fail("{}: write failed", path);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("{}: cannot rename from {}", path, tmp);
+  if (!platform::rename_replace(tmp, path)) fail("{}: cannot rename from {}", path, tmp);
 }
 
 }  // namespace

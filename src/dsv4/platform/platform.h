@@ -124,6 +124,12 @@ std::string executable_path();
 // Runs `command` in the system shell; its stdout (and whatever it redirects there) into
 // `output` when given. The exit code; 128 + N when a signal N ended it; -1 if it did not start.
 int run_shell(const std::string& command, std::string* output = nullptr);  // _exit: no destructors, no atexit
+// Runs `command_line` (a program and its arguments, double quotes group as in both OSes'
+// shells; no pipes or variables) with stdin, stdout and stderr from and to the named files,
+// killed after `timeout_s` seconds. The exit code; 124 on the timeout (as timeout(1) says);
+// 128 + N when a signal N ended it; -1 if it did not start.
+int run_program(const std::string& command_line, const std::string& stdin_path, const std::string& stdout_path,
+                const std::string& stderr_path, int timeout_s);
 // A client that hangs up must not kill the process (SIGPIPE).
 void ignore_broken_pipe();
 

@@ -151,6 +151,17 @@ int run_shell(const std::string& command, std::string* output) {
   if (status < 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+int run_program(const std::string& command_line, const std::string& stdin_path, const std::string& stdout_path,
+                const std::string& stderr_path, int timeout_s) {
+  auto quoted = [](const std::string& path) {
+    std::string q = "'";
+    for (char c : path) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  return run_shell("timeout " + std::to_string(timeout_s) + " " + command_line + " <" + quoted(stdin_path) + " >" +
+                   quoted(stdout_path) + " 2>" + quoted(stderr_path));
+}
+
 void ignore_broken_pipe() { ::signal(SIGPIPE, SIG_IGN); }
 
 namespace {

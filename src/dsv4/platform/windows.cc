@@ -488,6 +488,43 @@ int run_shell(const std::string& command, std::string* output) {
   return _pclose(f);
 }
 
+int run_program(const std::string& command_line, const std::string& stdin_path, const std::string& stdout_path,
+                const std::string& stderr_path, int timeout_s) {
+  SECURITY_ATTRIBUTES inherit{sizeof inherit, nullptr, TRUE};
+  auto open = [&](const std::string& path, bool write) {
+    return CreateFileW(native_path(path).c_str(), write ? GENERIC_WRITE : GENERIC_READ,
+                       FILE_SHARE_READ | FILE_SHARE_WRITE, &inherit, write ? CREATE_ALWAYS : OPEN_EXISTING,
+                       FILE_ATTRIBUTE_NORMAL, nullptr);
+  };
+  HANDLE in = open(stdin_path, false), out = open(stdout_path, true), err = open(stderr_path, true);
+  STARTUPINFOW startup{};
+  startup.cb = sizeof startup;
+  startup.dwFlags = STARTF_USESTDHANDLES;
+  startup.hStdInput = in;
+  startup.hStdOutput = out;
+  startup.hStdError = err;
+  PROCESS_INFORMATION process{};
+  std::wstring line = widen(command_line);  // CreateProcessW may write into it
+  const bool started = in != INVALID_HANDLE_VALUE && out != INVALID_HANDLE_VALUE && err != INVALID_HANDLE_VALUE &&
+                       CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, nullptr, &startup,
+                                      &process);
+  for (HANDLE h : {in, out, err})
+    if (h != INVALID_HANDLE_VALUE) CloseHandle(h);
+  if (!started) return -1;
+  int code = 124;
+  if (WaitForSingleObject(process.hProcess, DWORD(std::max(timeout_s, 0)) * 1000u) == WAIT_TIMEOUT) {
+    TerminateProcess(process.hProcess, 124);
+    WaitForSingleObject(process.hProcess, INFINITE);
+  } else {
+    DWORD exit_code = 0;
+    GetExitCodeProcess(process.hProcess, &exit_code);
+    code = int(exit_code);
+  }
+  CloseHandle(process.hThread);
+  CloseHandle(process.hProcess);
+  return code;
+}
+
 void ignore_broken_pipe() {}  // Winsock reports a closed peer as an error, never a signal
 
 void on_interrupt(void (*handler)()) {

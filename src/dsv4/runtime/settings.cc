@@ -315,7 +315,6 @@ std::vector<Setting> make_table() {
       flag_bool("setup_aarch64", "", "DSV4_SETUP_AARCH64", true, "scripts/setup.sh: install the aarch64 cross toolchain, qemu-user and arm64 libraries"),
       flag_bool("setup_browser", "", "DSV4_SETUP_BROWSER", true, "scripts/setup.sh: install Chromium for the web tests"),
       flag_bool("skip_windows", "", "DSV4_SKIP_WINDOWS", false, "scripts/test.sh: skip the Windows cross build and its wine tests"),
-      flag_bool("windows", "", "DSV4_WINDOWS", false, "scripts/test.sh: run the Windows cross build and its wine tests (opt-in for now)"),
       flag_bool("setup_windows", "", "DSV4_SETUP_WINDOWS", true,
                 "scripts/setup.sh: install MinGW-w64, wine and the Windows build's Debian sources"),
   };
