@@ -99,8 +99,10 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     EngineOptions o;
     o.threads = 1;
-    engine_ = test::open_engine(test::fixture(GetParam()), o);
-    tokenizer_ = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(test::fixture(GetParam()) + "/tokenizer.json"));
+    // A random-weight fixture, or the built-in demo model (trained: it has preferences).
+    const std::string dir = std::string(GetParam()) == "demo" ? std::string("models/demo") : test::fixture(GetParam());
+    engine_ = test::open_engine(dir, o);
+    tokenizer_ = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(dir + "/tokenizer.json"));
     vocab_ = std::make_shared<const constrain::TokenTrie>(*tokenizer_);
   }
 
@@ -135,6 +137,47 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
       out.push_back({r.text, r.finish});
     }
     return out;
+  }
+
+  // With max_tokens the minimum or a little more, the mask keeps a complete answer within the
+  // tokens left: every answer finishes ("stop") and validates, for every schema and sampler.
+  void small_budgets(int seeds) {
+    std::string lines;
+    size_t total = 0, stopped = 0;
+    for (const SchemaCase& c : kCases) {
+      const Json schema = Json::parse(c.schema);
+      constrain::AnswerFormat f;
+      f.content_schema = &schema;
+      const int64_t min = constrain::CompiledConstraint(constrain::build_answer_grammar(f), vocab_).min_tokens();
+      for (int64_t extra : {0, 1, 5, 20}) {
+        if (kSanitized && extra == 5) continue;
+        for (const Output& o : generate_many(schema, seeds, min + extra)) {
+          const bool stop = o.finish == FinishReason::kStop;
+          ++total;
+          stopped += stop;
+          EXPECT_TRUE(stop) << c.name << " max_tokens " << min + extra << ": " << o.text;
+          lines += Json{{"kind", "json"}, {"schema", schema}, {"text", o.text}, {"finish", "stop"}}.dump() + "\n";
+        }
+      }
+    }
+    const Validation v = validate(lines);
+    std::printf("[%s] %zu of %zu small-budget outputs finished; %s", GetParam(), stopped, total, v.report.c_str());
+    EXPECT_EQ(v.status, 0) << v.report;
+  }
+
+  // The acceptance run: max_tokens 1,200, no truncated invalid answer.
+  void budget_1200(int seeds) {
+    std::string lines;
+    for (const SchemaCase& c : kCases) {
+      const Json schema = Json::parse(c.schema);
+      for (const Output& o : generate_many(schema, seeds, 1200)) {
+        EXPECT_EQ(o.finish, FinishReason::kStop) << c.name << ": " << o.text;
+        lines += Json{{"kind", "json"}, {"schema", schema}, {"text", o.text}, {"finish", "stop"}}.dump() + "\n";
+      }
+    }
+    const Validation v = validate(lines);
+    std::printf("[%s] max_tokens 1200: %s", GetParam(), v.report.c_str());
+    EXPECT_EQ(v.status, 0) << v.report;
   }
 
   std::unique_ptr<Engine> engine_;
@@ -241,46 +284,52 @@ TEST_P(ConstrainedGeneration, MaxTokensBelowTheMinimumIsRefused) {
       Error);
 }
 
-// With max_tokens the minimum or a little more, the mask keeps a complete answer within the
-// tokens left: every answer finishes ("stop") and validates, for every schema and sampler.
-TEST_P(ConstrainedGeneration, SmallBudgetsJustAboveTheMinimumAlwaysFinishValid) {
+// Forced tool calls too (and with reasoning first): a budget just above the shortest block
+// still ends in a complete block the chat format's parser reads, arguments valid.
+TEST_P(ConstrainedGeneration, ForcedToolCallsFinishWithinSmallBudgets) {
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "book_flight", "parameters": {"type": "object", "properties": {
+      "from": {"type": "string", "minLength": 3, "maxLength": 3}, "seats": {"type": "integer"},
+      "class": {"enum": ["economy", "business"]}}, "required": ["from", "class"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "now"}}])");
+  Json messages = text::chat::attach_tools(Json::array({{{"role", "user"}, {"content", "Book me a flight."}}}), tools);
   std::string lines;
-  size_t total = 0, stopped = 0;
-  for (const SchemaCase& c : kCases) {
-    const Json schema = Json::parse(c.schema);
-    constrain::AnswerFormat f;
-    f.content_schema = &schema;
-    const int64_t min = constrain::CompiledConstraint(constrain::build_answer_grammar(f), vocab_).min_tokens();
-    for (int64_t extra : {0, 1, 5, 20}) {
-      if (kSanitized && extra == 5) continue;
-      for (const Output& o : generate_many(schema, kSanitized ? 1 : 3, min + extra)) {
-        const bool stop = o.finish == FinishReason::kStop;
-        ++total;
-        stopped += stop;
-        EXPECT_TRUE(stop) << c.name << " max_tokens " << min + extra << ": " << o.text;
-        lines += Json{{"kind", "json"}, {"schema", schema}, {"text", o.text}, {"finish", "stop"}}.dump() + "\n";
+  for (bool thinking : {false, true}) {
+    for (size_t only : {size_t{0}, size_t{2}}) {  // book_flight alone, or both tools
+      constrain::AnswerFormat f;
+      f.calls_required = true;
+      f.thinking = thinking;
+      f.max_calls = 2;
+      for (size_t i = 0; i < (only == 0 ? 1 : only); ++i) {
+        const Json& fn = tools[i]["function"];
+        f.tools.push_back({fn["name"], fn.contains("parameters") ? &fn["parameters"] : nullptr, "tools"});
+      }
+      const int64_t min = constrain::CompiledConstraint(constrain::build_answer_grammar(f), vocab_).min_tokens();
+      for (int64_t extra : {0, 3, 20}) {
+        for (const Output& o : generate_many(f, messages, 1, min + extra)) {
+          ASSERT_EQ(o.finish, FinishReason::kStop) << "max_tokens " << min + extra << ": " << o.text;
+          text::chat::ParseOptions po;
+          po.require_eos = false;
+          po.thinking_mode = thinking ? text::chat::ThinkingMode::kThinking : text::chat::ThinkingMode::kChat;
+          text::chat::ParsedMessage m;
+          ASSERT_NO_THROW(m = text::chat::parse_completion(o.text, po)) << o.text;
+          ASSERT_FALSE(m.tool_calls.empty()) << o.text;
+          for (const auto& call : m.tool_calls) {
+            const Json params = call.name == "now" ? Json::parse(R"({"type": "object", "maxProperties": 0})")
+                                                   : tools[0]["function"]["parameters"];
+            lines += Json{{"kind", "call"}, {"schema", params}, {"arguments", call.arguments}}.dump() + "\n";
+          }
+        }
       }
     }
   }
   const Validation v = validate(lines);
-  std::printf("[%s] %zu of %zu small-budget outputs finished; %s", GetParam(), stopped, total, v.report.c_str());
   EXPECT_EQ(v.status, 0) << v.report;
 }
 
-// The acceptance run: max_tokens 1,200, no truncated invalid answer.
-TEST_P(ConstrainedGeneration, WithMaxTokens1200EveryAnswerFinishesValid) {
-  std::string lines;
-  for (const SchemaCase& c : kCases) {
-    const Json schema = Json::parse(c.schema);
-    for (const Output& o : generate_many(schema, kSanitized ? 1 : 2, 1200)) {
-      EXPECT_EQ(o.finish, FinishReason::kStop) << c.name << ": " << o.text;
-      lines += Json{{"kind", "json"}, {"schema", schema}, {"text", o.text}, {"finish", "stop"}}.dump() + "\n";
-    }
-  }
-  const Validation v = validate(lines);
-  std::printf("[%s] max_tokens 1200: %s", GetParam(), v.report.c_str());
-  EXPECT_EQ(v.status, 0) << v.report;
-}
+TEST_P(ConstrainedGeneration, SmallBudgetsJustAboveTheMinimumAlwaysFinishValid) { small_budgets(kSanitized ? 1 : 3); }
+
+TEST_P(ConstrainedGeneration, WithMaxTokens1200EveryAnswerFinishesValid) { budget_1200(kSanitized ? 1 : 2); }
 
 // Where the budget is ample the mask is the unbudgeted one: greedy tokens are identical with
 // max_tokens just enough for the unbudgeted answer and with a huge one; a tight budget
@@ -455,6 +504,12 @@ TEST_P(ConstrainedGeneration, LogprobsAreTheModelsOwnAndDraftingKeepsTokensAndLo
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConstrainedGeneration, ::testing::Values("tiny-a", "flashlike"));
+
+// The same budget checks on the built-in demo model.
+class ConstrainedDemo : public ConstrainedGeneration {};
+TEST_P(ConstrainedDemo, SmallBudgetsJustAboveTheMinimumAlwaysFinishValid) { small_budgets(1); }
+TEST_P(ConstrainedDemo, WithMaxTokens1200EveryAnswerFinishesValid) { budget_1200(1); }
+INSTANTIATE_TEST_SUITE_P(DemoModel, ConstrainedDemo, ::testing::Values("demo"));
 
 }  // namespace
 }  // namespace dsv4
