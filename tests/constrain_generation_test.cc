@@ -99,8 +99,10 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     EngineOptions o;
     o.threads = 1;
-    engine_ = test::open_engine(test::fixture(GetParam()), o);
-    tokenizer_ = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(test::fixture(GetParam()) + "/tokenizer.json"));
+    // A random-weight fixture, or the built-in demo model (trained: it has preferences).
+    const std::string dir = std::string(GetParam()) == "demo" ? std::string("models/demo") : test::fixture(GetParam());
+    engine_ = test::open_engine(dir, o);
+    tokenizer_ = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(dir + "/tokenizer.json"));
     vocab_ = std::make_shared<const constrain::TokenTrie>(*tokenizer_);
   }
 
@@ -135,6 +137,47 @@ class ConstrainedGeneration : public ::testing::TestWithParam<const char*> {
       out.push_back({r.text, r.finish});
     }
     return out;
+  }
+
+  // With max_tokens the minimum or a little more, the mask keeps a complete answer within the
+  // tokens left: every answer finishes ("stop") and validates, for every schema and sampler.
+  void small_budgets(int seeds) {
+    std::string lines;
+    size_t total = 0, stopped = 0;
+    for (const SchemaCase& c : kCases) {
+      const Json schema = Json::parse(c.schema);
+      constrain::AnswerFormat f;
+      f.content_schema = &schema;
+      const int64_t min = constrain::CompiledConstraint(constrain::build_answer_grammar(f), vocab_).min_tokens();
+      for (int64_t extra : {0, 1, 5, 20}) {
+        if (kSanitized && extra == 5) continue;
+        for (const Output& o : generate_many(schema, seeds, min + extra)) {
+          const bool stop = o.finish == FinishReason::kStop;
+          ++total;
+          stopped += stop;
+          EXPECT_TRUE(stop) << c.name << " max_tokens " << min + extra << ": " << o.text;
+          lines += Json{{"kind", "json"}, {"schema", schema}, {"text", o.text}, {"finish", "stop"}}.dump() + "\n";
+        }
+      }
+    }
+    const Validation v = validate(lines);
+    std::printf("[%s] %zu of %zu small-budget outputs finished; %s", GetParam(), stopped, total, v.report.c_str());
+    EXPECT_EQ(v.status, 0) << v.report;
+  }
+
+  // The acceptance run: max_tokens 1,200, no truncated invalid answer.
+  void budget_1200(int seeds) {
+    std::string lines;
+    for (const SchemaCase& c : kCases) {
+      const Json schema = Json::parse(c.schema);
+      for (const Output& o : generate_many(schema, seeds, 1200)) {
+        EXPECT_EQ(o.finish, FinishReason::kStop) << c.name << ": " << o.text;
+        lines += Json{{"kind", "json"}, {"schema", schema}, {"text", o.text}, {"finish", "stop"}}.dump() + "\n";
+      }
+    }
+    const Validation v = validate(lines);
+    std::printf("[%s] max_tokens 1200: %s", GetParam(), v.report.c_str());
+    EXPECT_EQ(v.status, 0) << v.report;
   }
 
   std::unique_ptr<Engine> engine_;
@@ -224,12 +267,113 @@ TEST_P(ConstrainedGeneration, ForcedToolCallArgumentsValidate) {
   EXPECT_EQ(v.status, 0) << v.report;
 }
 
-TEST_P(ConstrainedGeneration, MaxTokensCutsAValueShortAsLength) {
+// Termination within budget: max_tokens below the shortest complete answer is refused up
+// front, naming both numbers.
+TEST_P(ConstrainedGeneration, MaxTokensBelowTheMinimumIsRefused) {
   const Json schema = Json::parse(kCases[0].schema);
-  for (const Output& o : generate_many(schema, 3, 6)) {
-    EXPECT_EQ(o.finish, FinishReason::kLength);
-    EXPECT_FALSE(Json::accept(o.text)) << o.text;
+  EXPECT_THROW(
+      {
+        try {
+          generate_many(schema, 1, 6);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("max_tokens is 6"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("takes 41 tokens"), std::string::npos) << e.what();  // {"name":"","address":{"city":"","zip":0}}
+          throw;
+        }
+      },
+      Error);
+}
+
+// Forced tool calls too (and with reasoning first): a budget just above the shortest block
+// still ends in a complete block the chat format's parser reads, arguments valid.
+TEST_P(ConstrainedGeneration, ForcedToolCallsFinishWithinSmallBudgets) {
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "book_flight", "parameters": {"type": "object", "properties": {
+      "from": {"type": "string", "minLength": 3, "maxLength": 3}, "seats": {"type": "integer"},
+      "class": {"enum": ["economy", "business"]}}, "required": ["from", "class"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "now"}}])");
+  Json messages = text::chat::attach_tools(Json::array({{{"role", "user"}, {"content", "Book me a flight."}}}), tools);
+  std::string lines;
+  for (bool thinking : {false, true}) {
+    for (size_t only : {size_t{0}, size_t{2}}) {  // book_flight alone, or both tools
+      constrain::AnswerFormat f;
+      f.calls_required = true;
+      f.thinking = thinking;
+      f.max_calls = 2;
+      for (size_t i = 0; i < (only == 0 ? 1 : only); ++i) {
+        const Json& fn = tools[i]["function"];
+        f.tools.push_back({fn["name"], fn.contains("parameters") ? &fn["parameters"] : nullptr, "tools"});
+      }
+      const int64_t min = constrain::CompiledConstraint(constrain::build_answer_grammar(f), vocab_).min_tokens();
+      for (int64_t extra : {0, 3, 20}) {
+        for (const Output& o : generate_many(f, messages, 1, min + extra)) {
+          ASSERT_EQ(o.finish, FinishReason::kStop) << "max_tokens " << min + extra << ": " << o.text;
+          text::chat::ParseOptions po;
+          po.require_eos = false;
+          po.thinking_mode = thinking ? text::chat::ThinkingMode::kThinking : text::chat::ThinkingMode::kChat;
+          text::chat::ParsedMessage m;
+          ASSERT_NO_THROW(m = text::chat::parse_completion(o.text, po)) << o.text;
+          ASSERT_FALSE(m.tool_calls.empty()) << o.text;
+          for (const auto& call : m.tool_calls) {
+            const Json params = call.name == "now" ? Json::parse(R"({"type": "object", "maxProperties": 0})")
+                                                   : tools[0]["function"]["parameters"];
+            lines += Json{{"kind", "call"}, {"schema", params}, {"arguments", call.arguments}}.dump() + "\n";
+          }
+        }
+      }
+    }
   }
+  const Validation v = validate(lines);
+  EXPECT_EQ(v.status, 0) << v.report;
+}
+
+TEST_P(ConstrainedGeneration, SmallBudgetsJustAboveTheMinimumAlwaysFinishValid) { small_budgets(kSanitized ? 1 : 3); }
+
+TEST_P(ConstrainedGeneration, WithMaxTokens1200EveryAnswerFinishesValid) { budget_1200(kSanitized ? 1 : 2); }
+
+// Where the budget is ample the mask is the unbudgeted one: greedy tokens are identical with
+// max_tokens just enough for the unbudgeted answer and with a huge one; a tight budget
+// changes them (the squeeze is real).
+TEST_P(ConstrainedGeneration, AmpleBudgetKeepsGreedyTokensIdentical) {
+  const Json schema = Json::parse(kCases[0].schema);
+  constrain::AnswerFormat f;
+  f.content_schema = &schema;
+  auto constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
+  Json messages = text::chat::attach_response_format(Json::array({{{"role", "user"}, {"content", "JSON."}}}), schema);
+  const std::vector<int32_t> prompt = tokenizer_->encode(text::chat::encode_messages(messages, {}));
+  auto run = [&](int64_t max_tokens, uint64_t seed) {
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.sampling = sampling_for(seed);
+    req.max_tokens = max_tokens;
+    req.stop_ids = {static_cast<int32_t>(engine_->config().eos_token_id)};
+    req.constraint = constraint;
+    GenerationCallbacks cb;
+    cb.detokenize = [](int32_t) { return std::string(); };
+    SessionState s = engine_->new_session();
+    return generate(*engine_, s, req, cb);
+  };
+  bool squeezed = false;
+  for (uint64_t seed : {5u, 1u}) {  // greedy, temperature 1
+    const GenerationResult big = run(1 << 20, seed);
+    ASSERT_EQ(big.finish, FinishReason::kStop);
+    const int64_t n = static_cast<int64_t>(big.tokens.size());
+    // The budgeted mask is the plain one while no allowed token would leave too few: with
+    // twice the tokens the answer took, and with 600, the tokens are the same.
+    for (int64_t max_tokens : {2 * n + 60, int64_t{600}}) {
+      const GenerationResult r = run(std::max(max_tokens, constraint->min_tokens()), seed);
+      EXPECT_EQ(r.tokens, big.tokens) << "max_tokens " << max_tokens;
+      EXPECT_EQ(r.finish, big.finish);
+    }
+    const int64_t tight = constraint->min_tokens() + 2;
+    if (n > tight) {
+      const GenerationResult r = run(tight, seed);
+      EXPECT_EQ(r.finish, FinishReason::kStop);
+      EXPECT_LE(static_cast<int64_t>(r.tokens.size()), tight);
+      squeezed = squeezed || r.tokens != big.tokens;
+    }
+  }
+  EXPECT_TRUE(squeezed);
 }
 
 TEST_P(ConstrainedGeneration, GreedyPicksTheBestAllowedToken) {
@@ -262,12 +406,14 @@ TEST_P(ConstrainedGeneration, GreedyPicksTheBestAllowedToken) {
   GenerationRequest req;
   req.prompt = prompt;
   req.sampling.temperature = 0;
-  req.max_tokens = 1;
+  req.max_tokens = 64;
   req.constraint = std::make_shared<const constrain::CompiledConstraint>(constrain::build_answer_grammar(f), vocab_);
   GenerationCallbacks cb;
   cb.detokenize = [](int32_t) { return std::string(); };
   SessionState fresh = engine_->new_session();
-  EXPECT_EQ(generate(*engine_, fresh, req, cb).tokens, std::vector<int32_t>{best});
+  const std::vector<int32_t> tokens = generate(*engine_, fresh, req, cb).tokens;
+  ASSERT_FALSE(tokens.empty());
+  EXPECT_EQ(tokens[0], best);
 }
 
 TEST_P(ConstrainedGeneration, LogprobsAreTheModelsOwnAndDraftingKeepsTokensAndLogprobs) {
@@ -358,6 +504,12 @@ TEST_P(ConstrainedGeneration, LogprobsAreTheModelsOwnAndDraftingKeepsTokensAndLo
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConstrainedGeneration, ::testing::Values("tiny-a", "flashlike"));
+
+// The same budget checks on the built-in demo model.
+class ConstrainedDemo : public ConstrainedGeneration {};
+TEST_P(ConstrainedDemo, SmallBudgetsJustAboveTheMinimumAlwaysFinishValid) { small_budgets(1); }
+TEST_P(ConstrainedDemo, WithMaxTokens1200EveryAnswerFinishesValid) { budget_1200(1); }
+INSTANTIATE_TEST_SUITE_P(DemoModel, ConstrainedDemo, ::testing::Values("demo"));
 
 }  // namespace
 }  // namespace dsv4

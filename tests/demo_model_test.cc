@@ -109,6 +109,18 @@ TEST_F(DemoModel, RawContinuationWritesEnglish) {
   EXPECT_LE(w.max_6gram_repeats, 2) << r.out;
 }
 
+// A schema whose shortest answer does not fit --max-tokens: one clear error line, non-zero
+// exit (at the minimum the answer is complete: constrain_generation_test, server_test).
+TEST_F(DemoModel, JsonSchemaBelowItsMinimumSizeIsOneErrorLine) {
+  test::write_file(home_ / "s.json", R"({"type": "object", "properties": {"city": {"type": "string", "minLength": 3}},
+      "required": ["city"], "additionalProperties": false})");
+  auto r = run_dsv4("run --json-schema " + home_ / "s.json" + " --max-tokens 5 Weather", "", 120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("error: --max-tokens 5 is too small for"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("takes 14 tokens"), std::string::npos) << r.err;  // {"city":"aaa"}
+  EXPECT_EQ(r.out, "");
+}
+
 TEST_F(DemoModel, ChatKeepsTheSessionAcrossTurns) {
   auto r = run_dsv4("chat --max-tokens 24 --seed 5", "Hello!\nTell me about the sea.\n/exit\n", 120);
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -230,7 +230,7 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
               "response_format.json_schema.schema.properties.n.minimum");
   }
 
-  Json tool_call = user_chat("Call it", 60);
+  Json tool_call = user_chat("Call it", 200);
   tool_call["tools"] = Json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", asserted}}}}});
   tool_call["tool_choice"] = "required";
   Reply tool_refused = post(s, "/v1/chat/completions", tool_call);
@@ -242,7 +242,7 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
   EXPECT_NE(tool_ok.headers.find("X-DSV4-Schema-Warnings")->second.find("tools[0].function.parameters.properties.n.minimum"),
             std::string::npos);
 
-  Json message = {{"model", "tiny-a"}, {"max_tokens", 60}, {"messages", Json::array({{{"role", "user"}, {"content", "Call"}}})},
+  Json message = {{"model", "tiny-a"}, {"max_tokens", 200}, {"messages", Json::array({{{"role", "user"}, {"content", "Call"}}})},
                   {"tools", Json::array({{{"name", "f"}, {"input_schema", asserted}}})},
                   {"tool_choice", {{"type", "any"}}}};
   Reply anthropic_refused = post(s, "/v1/messages", message);
@@ -281,12 +281,15 @@ TEST(Server, JsonResponseFormatsAndForcedToolCalls) {
   }
   EXPECT_GE(finished, 2);
 
+  // A budget just above the shortest answer ("{}") still finishes it: the mask keeps a
+  // complete answer within the tokens left.
   Json obj = user_chat("Any object", 3);
   obj["response_format"] = {{"type", "json_object"}};
-  Reply cut = post(s, "/v1/chat/completions", obj);
-  ASSERT_EQ(cut.status, 200);
-  EXPECT_EQ(cut.json["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(cut.json["choices"][0]["message"]["content"].get<std::string>()[0], '{');
+  Reply squeezed = post(s, "/v1/chat/completions", obj);
+  ASSERT_EQ(squeezed.status, 200);
+  EXPECT_EQ(squeezed.json["choices"][0]["finish_reason"], "stop");
+  const std::string small = squeezed.json["choices"][0]["message"]["content"];
+  EXPECT_TRUE(Json::parse(small, nullptr, false).is_object()) << small;
 
   const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters":
       {"type": "object", "properties": {"city": {"type": "string", "maxLength": 4}, "unit": {"enum": ["c", "f"]}},
@@ -341,6 +344,49 @@ TEST(Server, JsonResponseFormatsAndForcedToolCalls) {
       }
     }
   }
+}
+
+// A constrained answer that cannot fit max_tokens is refused up front (400 naming max_tokens
+// and the minimum) instead of being cut into invalid JSON: response_format, forced tool calls
+// and Anthropic's forced tool use alike; at the minimum it is answered, complete.
+TEST(Server, ConstrainedAnswerBelowItsMinimumSizeIsRefused) {
+  TestServer s;
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"city": {"type": "string", "minLength": 3}},
+      "required": ["city"], "additionalProperties": false})");
+  const int minimum = static_cast<int>(std::string(R"({"city":"aaa"})").size());
+  Json body = user_chat("Weather?", minimum - 1);
+  body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "w"}, {"schema", schema}}}};
+  Reply refused = post(s, "/v1/chat/completions", body);
+  ASSERT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.json["error"]["param"], "max_tokens");
+  const std::string message = refused.json["error"]["message"];
+  EXPECT_NE(message.find("max_tokens is " + std::to_string(minimum - 1)), std::string::npos) << message;
+  EXPECT_NE(message.find("takes " + std::to_string(minimum) + " tokens"), std::string::npos) << message;
+  body["max_tokens"] = minimum;
+  body["temperature"] = 1;
+  for (int seed = 1; seed <= 3; ++seed) {
+    body["seed"] = seed;
+    Reply ok = post(s, "/v1/chat/completions", body);
+    ASSERT_EQ(ok.status, 200) << ok.body;
+    EXPECT_EQ(ok.json["choices"][0]["finish_reason"], "stop") << ok.body;
+    const Json v = Json::parse(ok.json["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(v.is_object() && v["city"].is_string() && v["city"].get<std::string>().size() >= 3) << ok.body;
+  }
+
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "ping"}}])");
+  Json call = user_chat("Ping", 20);
+  call["tools"] = tools;
+  call["tool_choice"] = "required";
+  Reply call_refused = post(s, "/v1/chat/completions", call);
+  ASSERT_EQ(call_refused.status, 400) << call_refused.body;
+  EXPECT_EQ(call_refused.json["error"]["param"], "max_tokens");
+
+  Json messages = {{"model", "tiny-a"}, {"max_tokens", 20}, {"messages", Json::array({{{"role", "user"}, {"content", "Ping"}}})},
+                   {"tools", Json::array({{{"name", "ping"}, {"input_schema", {{"type", "object"}}}}})},
+                   {"tool_choice", {{"type", "any"}}}};
+  Reply anthropic_refused = post(s, "/v1/messages", messages);
+  ASSERT_EQ(anthropic_refused.status, 400) << anthropic_refused.body;
+  EXPECT_NE(anthropic_refused.body.find("max_tokens"), std::string::npos) << anthropic_refused.body;
 }
 
 // Anthropic's forced tool use ("any", "tool") is the same constrained decoding: every finished

@@ -230,6 +230,9 @@ int run(const RunOptions& o) {
   if (schema) {
     req.constraint = std::make_shared<const constrain::CompiledConstraint>(
         std::move(*schema->grammar), std::make_shared<const constrain::TokenTrie>(lm.tokenizer));
+    if (const int64_t need = req.constraint->min_tokens(); req.max_tokens < need)
+      fail("--max-tokens {} is too small for {}: its shortest complete answer takes {} tokens", req.max_tokens,
+           o.json_schema, need);
   }
   SessionState session = lm.engine->new_session();
   GenerationResult r;

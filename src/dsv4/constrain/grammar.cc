@@ -20,6 +20,7 @@ bool SymbolTrie::insert(std::span<const Symbol> s, uint32_t value) {
       auto pos = std::lower_bound(edges.begin(), edges.end(), sym, [](const Edge& e, Symbol x) { return e.symbol < x; });
       edges.insert(pos, Edge{sym, next});
       nodes_.emplace_back();
+      nodes_.back().depth = nodes_[at].depth + 1;
     }
     at = next;
   }
@@ -50,6 +51,19 @@ void SymbolTrie::finish_build() {
     below_.insert(below_.end(), below[i].begin(), below[i].end());
   }
   below_start_[nodes_.size()] = static_cast<uint32_t>(below_.size());
+}
+
+void SymbolTrie::finish_lengths() {
+  // Children have higher indices than their parent: one backward pass.
+  shortest_.assign(nodes_.size(), std::numeric_limits<uint32_t>::max());
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    if (nodes_[i].value != kNone) {
+      shortest_[i] = 0;
+      continue;
+    }
+    for (const Edge& e : nodes_[i].edges)
+      if (shortest_[e.to] != std::numeric_limits<uint32_t>::max()) shortest_[i] = std::min(shortest_[i], shortest_[e.to] + 1);
+  }
 }
 
 std::span<const uint32_t> SymbolTrie::values_below(uint32_t node) const {
@@ -333,14 +347,152 @@ void Grammar::finalize(NodeId root) {
       }
     }
   }
+  compute_min_symbols();
   if (min_frames_[root] >= kInf) fail("no finite value satisfies the schema (every value would need itself inside)");
   if (min_frames_[root] > kMaxFrames)
     fail("the schema's smallest value nests {} levels deep; at most {} are supported", min_frames_[root], kMaxFrames);
   root_ = root;
 }
 
+namespace {
+uint64_t add_sat(uint64_t a, uint64_t b) { return std::min(a + b, kNever); }
+uint64_t mul_sat(uint64_t a, uint64_t k) { return k == 0 ? 0 : a >= kNever / k ? kNever : std::min(a * k, kNever); }
+}  // namespace
+
+// Fewest symbols of each node's texts: a fixpoint like min_frames (values only fall, recursion
+// through containers converges, nodes that stay kNever admit no finite text), then what each
+// object frame needs from each position, and whether each node's texts always close.
+void Grammar::compute_min_symbols() {
+  const size_t count = nodes_.size();
+  for (SymbolTrie& t : tries_) t.finish_lengths();
+  for (ObjectShape& sh : shapes_) sh.keys.finish_lengths();
+  // Key lengths in symbols (DSML keys hold the ｜DSML｜ special), colon included for JSON.
+  std::vector<std::vector<uint32_t>> key_len(shapes_.size());
+  for (size_t s = 0; s < shapes_.size(); ++s) {
+    const ObjectShape& sh = shapes_[s];
+    key_len[s].resize(sh.properties.size());
+    for (size_t j = 0; j < sh.properties.size(); ++j) {
+      const Property& p = sh.properties[j];
+      key_len[s][j] = static_cast<uint32_t>(sh.syntax == ObjectSyntax::kDsml ? symbols(p.key).size() : p.key.size() + 1);
+    }
+  }
+  min_symbols_.assign(count, kNever);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (NodeId id = 0; id < count; ++id) {
+      const Node& n = nodes_[id];
+      uint64_t v = kNever;
+      switch (n.kind) {
+        case NodeKind::kLiteral: v = tries_[n.index].shortest_below(0); break;
+        case NodeKind::kString: v = add_sat(2, n.min); break;                // "…" of ASCII characters
+        case NodeKind::kRawText: v = add_sat(3, n.min); break;               // text, "</", terminator
+        case NodeKind::kNumber: v = 1; break;                                 // 0
+        case NodeKind::kUntil: v = 1; break;                                  // the terminator
+        case NodeKind::kArray:
+          v = add_sat(2, add_sat(mul_sat(min_symbols_[n.item], n.min), n.min > 0 ? n.min - 1 : 0));
+          break;
+        case NodeKind::kRepeat:
+          v = add_sat(mul_sat(min_symbols_[n.item], n.min),
+                      mul_sat(n.sep == kNoNode ? 0 : min_symbols_[n.sep], n.min > 0 ? n.min - 1 : 0));
+          break;
+        case NodeKind::kObject: {
+          const ObjectShape& sh = shapes_[n.index];
+          const bool json = sh.syntax == ObjectSyntax::kJson;
+          uint64_t sum = 0, required = 0;
+          for (size_t j = 0; j < sh.properties.size(); ++j) {
+            if (!sh.properties[j].required) continue;
+            sum = add_sat(sum, add_sat(key_len[n.index][j], min_symbols_[sh.properties[j].value]));
+            ++required;
+          }
+          // JSON: braces and commas; DSML: the "\n" between parameters.
+          v = add_sat(sum, json ? 2 + (required > 0 ? required - 1 : 0) : (required > 0 ? required - 1 : 0));
+          break;
+        }
+        case NodeKind::kSeq:
+          v = 0;
+          for (NodeId c : n.children) v = add_sat(v, min_symbols_[c]);
+          break;
+        case NodeKind::kAnyOf:
+          for (NodeId c : n.children) v = std::min(v, min_symbols_[c]);
+          break;
+      }
+      if (v < min_symbols_[id]) {
+        min_symbols_[id] = v;
+        changed = true;
+      }
+    }
+  }
+  for (size_t s = 0; s < shapes_.size(); ++s) {
+    ObjectShape& sh = shapes_[s];
+    const size_t n = sh.properties.size();
+    sh.key_symbols.assign(key_len[s].begin(), key_len[s].end());
+    sh.required_cost.assign(n + 1, 0);
+    sh.required_left.assign(n + 1, 0);
+    sh.cheapest_from.assign(n + 1, kNever);
+    for (size_t j = n; j-- > 0;) {
+      const uint64_t cost = add_sat(key_len[s][j], min_symbols_[sh.properties[j].value]);
+      const bool req = sh.properties[j].required;
+      sh.required_cost[j] = add_sat(sh.required_cost[j + 1], req ? cost : 0);
+      sh.required_left[j] = sh.required_left[j + 1] + (req ? 1 : 0);
+      sh.cheapest_from[j] = std::min(sh.cheapest_from[j + 1], cost);
+    }
+  }
+  // Closing: a fixpoint from "yes" down (a recursive node closes unless some path says not).
+  closes_.assign(count, 1);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (NodeId id = 0; id < count; ++id) {
+      const Node& n = nodes_[id];
+      bool v = true;
+      switch (n.kind) {
+        case NodeKind::kLiteral: {
+          // Every string of the set must be a leaf (no string is a prefix of another).
+          const SymbolTrie& t = tries_[n.index];
+          for (uint32_t k = 0; k < t.size() && v; ++k) v = !(t.terminal(k) && t.has_children(k));
+          break;
+        }
+        case NodeKind::kString:
+        case NodeKind::kRawText:
+        case NodeKind::kUntil:
+        case NodeKind::kArray: v = true; break;
+        case NodeKind::kNumber: v = false; break;
+        case NodeKind::kObject: v = shapes_[n.index].syntax == ObjectSyntax::kJson; break;
+        case NodeKind::kRepeat: v = n.min == n.max && closes_[n.item]; break;
+        case NodeKind::kSeq: v = !n.children.empty() && min_symbols_[n.children.back()] > 0 && closes_[n.children.back()]; break;
+        case NodeKind::kAnyOf:
+          for (NodeId c : n.children) v = v && closes_[c];
+          break;
+      }
+      if (!v && closes_[id]) {
+        closes_[id] = 0;
+        changed = true;
+      }
+    }
+  }
+  // As the output's end: the alternative or last part that is shortest with its end token.
+  min_ending_.assign(count, kNever);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (NodeId id = 0; id < count; ++id) {
+      const Node& n = nodes_[id];
+      uint64_t v = add_sat(min_symbols_[id], closes_[id] ? 0 : 1);
+      if (n.kind == NodeKind::kAnyOf) {
+        for (NodeId c : n.children) v = std::min(v, min_ending_[c]);
+      } else if (n.kind == NodeKind::kSeq && !n.children.empty()) {
+        uint64_t head = 0;
+        for (size_t i = 0; i + 1 < n.children.size(); ++i) head = add_sat(head, min_symbols_[n.children[i]]);
+        v = std::min(v, add_sat(head, min_ending_[n.children.back()]));
+      }
+      if (v < min_ending_[id]) {
+        min_ending_[id] = v;
+        changed = true;
+      }
+    }
+  }
+}
+
 size_t Grammar::memory_bytes() const {
-  size_t bytes = nodes_.size() * sizeof(Node) + min_frames_.size() * 4;
+  size_t bytes = nodes_.size() * (sizeof(Node) + 21);
   for (const Node& n : nodes_) {
     bytes += n.children.size() * sizeof(NodeId);
     for (const auto& t : n.texts) bytes += t.size() + sizeof(std::string);

@@ -30,6 +30,8 @@ inline constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
 inline constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
 inline constexpr Symbol kFirstSpecial = 256;
 inline constexpr size_t kMaxSpecials = 8;
+// "No finite text": the saturated value of symbol counts (shortest completions).
+inline constexpr uint64_t kNever = uint64_t{1} << 50;
 
 // Frames a stack may hold (nesting bound of generated text; each JSON container, string or
 // number is one frame). A grammar whose shortest value needs more is refused.
@@ -73,6 +75,11 @@ class SymbolTrie {
   // Values of every string below `node` (sorted), after finish_build().
   std::span<const uint32_t> values_below(uint32_t node) const;
   void finish_build();
+  // Symbols from the root to `node`.
+  uint32_t depth(uint32_t node) const { return nodes_[node].depth; }
+  // Fewest symbols from `node` to the end of a string (0 at a terminal), after finish_lengths().
+  uint32_t shortest_below(uint32_t node) const { return shortest_[node]; }
+  void finish_lengths();
 
  private:
   struct Edge {
@@ -82,9 +89,10 @@ class SymbolTrie {
   struct TrieNode {
     std::vector<Edge> edges;  // sorted by symbol
     uint32_t value = kNone;
+    uint32_t depth = 0;
   };
   std::vector<TrieNode> nodes_;
-  std::vector<uint32_t> below_, below_start_;
+  std::vector<uint32_t> below_, below_start_, shortest_;
 };
 
 // A forbidden byte pattern as a matching automaton (KMP): text that would contain it is
@@ -121,6 +129,12 @@ struct ObjectShape {
   NodeId additional = kNoNode;       // value of other keys (JSON only); kNoNode: none allowed
   NodeId free_key = kNoNode;         // the kString node that spells other keys
   std::vector<uint32_t> next_required;  // [i]: first required index >= i (size n+1; n = none)
+  // After Grammar::finalize, with cost(j) = the symbols of key j, ':' (JSON) and the shortest
+  // value of property j:
+  std::vector<uint32_t> key_symbols;    // [j]: the symbols of key j, ':' included (JSON)
+  std::vector<uint64_t> required_cost;  // [i]: sum of cost(j) over required j >= i (size n+1)
+  std::vector<uint32_t> required_left;  // [i]: required properties j >= i (size n+1)
+  std::vector<uint64_t> cheapest_from;  // [i]: min of cost(j) over j >= i (size n+1; kNever past n)
 };
 
 struct Node {
@@ -180,11 +194,23 @@ class Grammar {
   const BytePattern& pattern(uint32_t i) const { return patterns_[i]; }
   const std::vector<std::string>& specials() const { return specials_; }
   uint32_t min_frames(NodeId id) const { return min_frames_[id]; }
+  // Fewest symbols of a text of the node (kNever: none is finite).
+  uint64_t min_symbols(NodeId id) const { return min_symbols_[id]; }
+  // Whether every text of the node ends its frame for good (a closing quote or bracket): a
+  // frame that may only stop (a number, optional DSML parameters, a repeat below its maximum)
+  // could read more, so a whole output ending there still needs an end token.
+  bool closes(NodeId id) const { return closes_[id] != 0; }
+  // Fewest tokens of a text of the node as the end of the output: one per symbol (every byte
+  // is a token) plus the end token where the text could go on. Of the root: the fewest tokens
+  // of a complete output, what max_tokens must allow.
+  uint64_t min_ending(NodeId id) const { return min_ending_[id]; }
+  uint64_t min_output_tokens() const { return min_ending_[root_]; }
   // Bytes held (for the schema cache's accounting).
   size_t memory_bytes() const;
 
  private:
   NodeId add(Node n);
+  void compute_min_symbols();
   uint32_t add_pattern(std::string_view forbid);
   std::vector<Node> nodes_;
   std::vector<SymbolTrie> tries_;
@@ -192,6 +218,9 @@ class Grammar {
   std::vector<BytePattern> patterns_;
   std::vector<std::string> specials_;
   std::vector<uint32_t> min_frames_;
+  std::vector<uint64_t> min_symbols_;
+  std::vector<uint8_t> closes_;
+  std::vector<uint64_t> min_ending_;
   NodeId root_ = kNoNode;
 };
 
@@ -217,6 +246,11 @@ StackSet advance(const Grammar& g, const StackSet& set, Symbol s);
 bool can_end(const Grammar& g, const StackSet& set);
 // Whether nothing at all may follow (the set is just the complete empty stack).
 bool is_complete(const StackSet& set);
+// Tokens a complete output still needs from here, at least one per symbol (every byte is a
+// token) plus the end token where the text could go on: 0 when complete. The counted path
+// exists: some symbol leads to a set that needs one token less (or is complete), so
+// restricting each step to tokens after which this fits the tokens left always finishes.
+uint64_t tokens_to_finish(const Grammar& g, const StackSet& set);
 
 // Flat encoding of a set (for hashing and interning) and back.
 void encode_stacks(const StackSet& set, std::vector<uint32_t>& out);

@@ -82,9 +82,30 @@ uint32_t bump(uint32_t count, const Node& n) {
 }
 bool room(uint32_t count, const Node& n) { return n.max == kUnbounded || count < n.max; }
 
+// Bytes that finish a UTF-8 character from each decoding state (see utf8_next).
+constexpr uint8_t kUtf8Left[8] = {0, 1, 2, 3, 2, 2, 3, 3};
+
+uint64_t add_sat(uint64_t a, uint64_t b) { return std::min(a + b, kNever); }
+uint64_t mul_sat(uint64_t a, uint64_t k) { return k == 0 ? 0 : a >= kNever / k ? kNever : std::min(a * k, kNever); }
+
 class Walker {
  public:
   Walker(const Grammar& g, StackSet& out) : g_(g), out_(out) {}
+
+  // Fewest symbols that finish the stack: the top frame from where it is, each frame below
+  // from where it will be once the frame above it is done.
+  uint64_t symbols_to_finish(const Stack& st) const {
+    uint64_t total = 0;
+    for (size_t i = 0; i < st.size(); ++i) {
+      Frame f = st[i];
+      if (i + 1 < st.size()) {
+        child_done_frame(f);
+        if (done(f)) continue;
+      }
+      total = add_sat(total, rest(f));
+    }
+    return total;
+  }
 
   void feed(Stack st, Symbol s) {
     if (st.empty()) {
@@ -183,6 +204,126 @@ class Walker {
       default: break;
     }
     return false;
+  }
+
+  // Fewest symbols that finish frame `f` (no child of it on the stack), every symbol of the
+  // count one the frame accepts there: Grammar::min_symbols() for what is still to come.
+  uint64_t rest(const Frame& f) const {
+    if (may_stop(f)) return 0;
+    const Node& n = g_.node(f.node);
+    auto mb = [&](NodeId id) { return id == kNoNode ? uint64_t{0} : g_.min_symbols(id); };
+    const uint64_t need = n.min > f.aux ? n.min - f.aux : 0;  // strings, raw text: characters still required
+    switch (n.kind) {
+      case NodeKind::kLiteral: return g_.trie(n.index).shortest_below(f.state);
+      case NodeKind::kString: {
+        const uint32_t ph = kStrPhase.get(f.state);
+        if (ph == kSOpen) return add_sat(2, n.min);
+        if (ph == kSBody) {
+          const uint32_t u = kStrUtf8.get(f.state);
+          uint64_t chars = need;
+          if (u == 0 && n.exclude != SymbolTrie::kNone) {
+            const uint32_t at = kStrName.get(f.state);
+            if (at != kNameOff && excl_names(&g_.shape(n.exclude)).terminal(at)) chars = std::max<uint64_t>(chars, 1);
+          }
+          return add_sat(kUtf8Left[u] + 1, chars);
+        }
+        // Inside an escape: its symbols left, then the character it writes counts.
+        uint64_t esc = 0;
+        switch (ph) {
+          case kSEsc: esc = 1; break;
+          case kSU1: esc = 4; break;
+          case kSU2: case kSU2D: esc = 3; break;
+          case kSU3: esc = 2; break;
+          case kSU3H: esc = 8; break;
+          case kSU4: esc = 1; break;
+          case kSU4H: esc = 7; break;
+          default: esc = kSDone > ph && ph >= kSLow0 ? 6 - (ph - kSLow0) : 0; break;
+        }
+        return add_sat(esc + 1, need > 0 ? need - 1 : 0);
+      }
+      case NodeKind::kRawText: {
+        const uint32_t held = kRawHeld.get(f.state);
+        if (held == 1) return need == 0 ? 2 : add_sat(need, 2);   // "/" + terminator, or "<" was text
+        if (held == 2) return need == 0 ? 1 : need <= 2 ? 3 : add_sat(need, 1);
+        return add_sat(kUtf8Left[kRawUtf8.get(f.state)] + 3, need);  // text, "</", terminator
+      }
+      case NodeKind::kUntil: return kUtf8Left[kRawUtf8.get(f.state)] + 1;
+      case NodeKind::kNumber: {
+        const uint32_t ph = kNumPhase.get(f.state);
+        return ph == kNStart || ph == kNMinus || ph == kNDot || ph == kNE || ph == kNESign ? 1 : 0;
+      }
+      case NodeKind::kArray: {
+        const uint64_t item = mb(n.item), per = add_sat(item, 1);
+        const uint64_t missing = n.min > f.aux ? n.min - f.aux : 0;
+        switch (kArrPhase.get(f.state)) {
+          case kAOpen: return g_.min_symbols(f.node);
+          case kAFirst: return missing == 0 ? 1 : add_sat(add_sat(item, mul_sat(per, missing - 1)), 1);
+          case kAAfter: return add_sat(mul_sat(per, missing), 1);
+          case kAComma: return add_sat(add_sat(item, mul_sat(per, missing > 0 ? missing - 1 : 0)), 1);
+          default: return 0;
+        }
+      }
+      case NodeKind::kObject: return rest_object(f, n);
+      case NodeKind::kSeq: {
+        uint64_t total = 0;
+        for (size_t i = f.state; i < n.children.size(); ++i) total = add_sat(total, mb(n.children[i]));
+        return total;
+      }
+      case NodeKind::kRepeat: {
+        const uint64_t one = add_sat(mb(n.sep), mb(n.item));
+        auto after = [&](uint64_t items) { return items >= n.min ? 0 : mul_sat(one, n.min - items); };
+        if (f.state == kRWant) return add_sat(mb(n.item), after(uint64_t{f.aux} + 1));
+        if (f.state == kRAfter) return after(f.aux);
+        return add_sat(one, after(uint64_t{f.aux} + 1));
+      }
+      case NodeKind::kAnyOf: break;
+    }
+    return 0;
+  }
+
+  uint64_t rest_object(const Frame& f, const Node& n) const {
+    const ObjectShape& sh = g_.shape(n.index);
+    const bool json = sh.syntax == ObjectSyntax::kJson;
+    const uint32_t count = static_cast<uint32_t>(sh.properties.size());
+    const uint64_t close = json ? 1 : 0;
+    const uint32_t next = std::min(kObjNext.get(f.state), count);
+    // What the required properties from i on take, with a separator before each (after a
+    // property) or between them (first), and the closing brace.
+    auto tail_after = [&](uint32_t i) {
+      i = std::min(i, count);
+      return add_sat(sh.required_cost[i], sh.required_left[i] + close);
+    };
+    auto tail_first = [&](uint32_t i) {
+      const uint32_t k = sh.required_left[i];
+      return add_sat(sh.required_cost[i], (k > 0 ? k - 1 : 0) + close);
+    };
+    auto value = [&](uint32_t j) { return g_.min_symbols(j == kFreeKey ? sh.additional : sh.properties[j].value); };
+    auto after_value = [&](uint32_t j) { return j == kFreeKey ? close : tail_after(j + 1); };
+    switch (kObjPhase.get(f.state)) {
+      case kOOpen: return add_sat(1, tail_first(0));
+      case kOFirst: return tail_first(next);
+      case kOAfter: return tail_after(next);
+      case kOSep: {
+        if (sh.required_left[next] > 0) return tail_first(next);
+        uint64_t best = add_sat(sh.cheapest_from[next], close);
+        if (json && sh.additional != kNoNode) best = std::min(best, add_sat(4, g_.min_symbols(sh.additional)));  // "":v}
+        return best;
+      }
+      case kOKey: {
+        const uint32_t last = sh.next_required[next] == count ? count - 1 : sh.next_required[next];
+        const uint32_t depth = sh.keys.depth(f.aux);
+        uint64_t best = kNever;
+        for (uint32_t j : sh.keys.values_below(f.aux)) {
+          if (j < next) continue;
+          if (j > last) break;
+          best = std::min(best, add_sat(sh.key_symbols[j] - std::min(depth, sh.key_symbols[j]), add_sat(value(j), tail_after(j + 1))));
+        }
+        return best;
+      }
+      case kOColon: return add_sat(1, add_sat(value(f.aux), after_value(f.aux)));
+      case kOValue: return add_sat(value(f.aux), after_value(f.aux));
+      default: return 0;
+    }
   }
 
   // The top frame's child finished: the frame moves past it, then frames that are done pop.
@@ -676,6 +817,39 @@ StackSet advance(const Grammar& g, const StackSet& set, Symbol s) {
 bool can_end(const Grammar& g, const StackSet& set) { return !advance(g, set, kEnd).empty(); }
 
 bool is_complete(const StackSet& set) { return set.size() == 1 && set[0].empty(); }
+
+namespace {
+
+// Whether the shortest finish of a (non-empty) stack still needs the end token: its bottom
+// frame may stop without closing (a number, a repeat below its maximum...). A sequence whose
+// last part is on the stack leaves it to that part's frame; one whose last part is still to
+// come, to the shortest ending of that part.
+uint64_t end_token_after(const Grammar& g, const Stack& st) {
+  for (size_t i = 0; i < st.size(); ++i) {
+    const Frame& f = st[i];
+    const Node& n = g.node(f.node);
+    if (n.kind != NodeKind::kSeq || n.children.empty()) return g.closes(f.node) ? 0 : 1;
+    const size_t last = n.children.size() - 1;
+    if (f.state == last && i + 1 < st.size()) continue;  // the frame above is the last part
+    if (f.state > last) return 0;
+    return g.min_ending(n.children[last]) - g.min_symbols(n.children[last]);
+  }
+  return 1;
+}
+
+}  // namespace
+
+uint64_t tokens_to_finish(const Grammar& g, const StackSet& set) {
+  if (is_complete(set)) return 0;
+  StackSet none;
+  const Walker w(g, none);
+  uint64_t best = kNever;
+  for (const Stack& st : set) {
+    // An empty stack beside others: the text may end, with the end token.
+    best = std::min(best, st.empty() ? 1 : add_sat(w.symbols_to_finish(st), end_token_after(g, st)));
+  }
+  return best;
+}
 
 void encode_stacks(const StackSet& set, std::vector<uint32_t>& out) {
   out.clear();

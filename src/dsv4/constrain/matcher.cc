@@ -12,6 +12,7 @@ namespace {
 
 constexpr int32_t kUnknown = -2;
 constexpr int32_t kDead = -1;
+constexpr uint64_t kUnknownNeed = std::numeric_limits<uint64_t>::max();
 // A single mask walk may intern more states than kMaxStates before it ends; past this it
 // starts the tables over in the middle of the walk (keeping the states on its path).
 constexpr size_t kHardMaxStates = 4 * kMaxStates;
@@ -35,10 +36,12 @@ struct CompiledConstraint::Table {
   std::vector<const std::string*> keys;
   std::vector<int32_t> trans;  // keys.size() * nsym
   std::vector<int8_t> ends, completes;  // per state: -1 unknown
+  std::vector<uint64_t> needs;          // per state: tokens_to_finish (kUnknownNeed: not yet)
 
   std::unordered_map<uint32_t, uint32_t> mask_slot;
   std::vector<uint64_t> masks;       // slots * words
   std::vector<uint32_t> slot_state;  // which state a slot holds
+  std::vector<uint64_t> slot_need;   // the most tokens to finish any token of the slot's mask leaves
   std::vector<uint8_t> slot_used;    // second-chance bit
   size_t hand = 0;
 
@@ -53,6 +56,7 @@ struct CompiledConstraint::Table {
       trans.resize(trans.size() + nsym, kUnknown);
       ends.push_back(-1);
       completes.push_back(-1);
+      needs.push_back(kUnknownNeed);
     }
     return it->second;
   }
@@ -83,6 +87,12 @@ struct CompiledConstraint::Table {
     return ends[id] != 0;
   }
 
+  // Tokens a complete output still needs from state `id`.
+  uint64_t need(uint32_t id) {
+    if (needs[id] == kUnknownNeed) needs[id] = tokens_to_finish(g, decode(id));
+    return needs[id];
+  }
+
   // Nothing at all may follow: the output is finished.
   bool complete(uint32_t id) {
     if (completes[id] < 0) {
@@ -101,9 +111,11 @@ struct CompiledConstraint::Table {
     trans.clear();
     ends.clear();
     completes.clear();
+    needs.clear();
     mask_slot.clear();
     masks.clear();
     slot_state.clear();
+    slot_need.clear();
     slot_used.clear();
     hand = 0;
     ++epoch;
@@ -117,14 +129,12 @@ struct CompiledConstraint::Table {
     for (size_t i = 0; i < path.size(); ++i) path[i] = static_cast<int32_t>(intern_encoded(std::move(kept[i])));
   }
 
-  // The tokens that may follow state `id` (bits over the tokenizer's ids; end tokens not
-  // included). `id` may change if the tables start over during the walk.
-  const uint64_t* mask(uint32_t& id, std::span<const int32_t> special_ids) {
-    if (auto it = mask_slot.find(id); it != mask_slot.end()) {
-      slot_used[it->second] = 1;
-      return &masks[it->second * words];
-    }
-    std::vector<uint64_t> bits(words, 0);
+  // One walk over the vocabulary trie from state `id`, following (and filling) the table and
+  // skipping every subtree whose prefix is refused: `take(token, state after it)` for each
+  // token the grammar allows, special tokens included (end tokens are not). `id` may change if
+  // the tables start over during the walk.
+  template <class Take>
+  void walk(uint32_t& id, std::span<const int32_t> special_ids, Take&& take) {
     const auto& nodes = vocab.nodes();
     std::vector<int32_t> path(vocab.max_depth() + 1);
     path[0] = static_cast<int32_t>(id);
@@ -146,22 +156,64 @@ struct CompiledConstraint::Table {
         continue;
       }
       path[nd.depth] = to;
-      if (nd.token >= 0) bits[static_cast<size_t>(nd.token) >> 6] |= uint64_t{1} << (nd.token & 63);
+      if (nd.token >= 0) take(nd.token, static_cast<uint32_t>(to));
       ++i;
     }
     id = static_cast<uint32_t>(path[0]);
     for (size_t k = 0; k < special_ids.size(); ++k) {
-      const int32_t t = special_ids[k];
-      if (step(id, static_cast<Symbol>(kFirstSpecial + k)) >= 0) bits[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+      const int32_t to = step(id, static_cast<Symbol>(kFirstSpecial + k));
+      if (to >= 0) take(special_ids[k], static_cast<uint32_t>(to));
     }
-    return store_mask(id, bits);
   }
 
-  const uint64_t* store_mask(uint32_t id, const std::vector<uint64_t>& bits) {
+  static void set_bit(std::vector<uint64_t>& bits, int32_t token) {
+    bits[static_cast<size_t>(token) >> 6] |= uint64_t{1} << (token & 63);
+  }
+
+  // The tokens that may follow state `id` (bits over the tokenizer's ids; end tokens not
+  // included), and in `max_need` the most tokens to finish that any of them leaves. `id` may
+  // change if the tables start over during the walk.
+  const uint64_t* mask(uint32_t& id, std::span<const int32_t> special_ids, uint64_t* max_need) {
+    if (auto it = mask_slot.find(id); it != mask_slot.end()) {
+      slot_used[it->second] = 1;
+      *max_need = slot_need[it->second];
+      return &masks[it->second * words];
+    }
+    std::vector<uint64_t> bits(words, 0);
+    uint64_t most = 0;
+    walk(id, special_ids, [&](int32_t token, uint32_t to) {
+      set_bit(bits, token);
+      most = std::max(most, need(to));
+    });
+    *max_need = most;
+    return store_mask(id, bits, most);
+  }
+
+  // The tokens that may follow state `id` and leave at most `limit` tokens to finish (not
+  // cached: budgets are tight only for the last few tokens). `least`: the fewest any allowed
+  // token leaves. Returns whether any token passed.
+  bool budget_mask(uint32_t& id, std::span<const int32_t> special_ids, uint64_t limit, std::vector<uint64_t>& bits,
+                   uint64_t& least) {
+    bits.assign(words, 0);
+    least = kNever;
+    bool any = false;
+    walk(id, special_ids, [&](int32_t token, uint32_t to) {
+      const uint64_t left = need(to);
+      least = std::min(least, left);
+      if (left <= limit) {
+        set_bit(bits, token);
+        any = true;
+      }
+    });
+    return any;
+  }
+
+  const uint64_t* store_mask(uint32_t id, const std::vector<uint64_t>& bits, uint64_t max_need) {
     uint32_t slot;
     if (slot_state.size() < kMaxMasks) {
       slot = static_cast<uint32_t>(slot_state.size());
       slot_state.push_back(id);
+      slot_need.push_back(max_need);
       slot_used.push_back(1);
       masks.resize(masks.size() + words);
     } else {
@@ -173,6 +225,7 @@ struct CompiledConstraint::Table {
       hand = (hand + 1) % kMaxMasks;
       mask_slot.erase(slot_state[slot]);
       slot_state[slot] = id;
+      slot_need[slot] = max_need;
       slot_used[slot] = 1;
     }
     mask_slot[id] = slot;
@@ -194,16 +247,31 @@ class CompiledConstraint::Run final : public ConstrainedRun {
     std::lock_guard lock(c_.mu_);
     Table& t = *c_.table_;
     id_ = t.intern(initial_stacks(c_.grammar_));
+    may_end_ = t.can_end(id_);
     remember(t);
   }
 
-  void mask(std::span<float> logits) override {
+  // The allowed tokens' bits for `tokens_left` (see LogitConstraint): the cached mask, or
+  // where the budget is tight the tokens that leave enough of it (if none does, those that
+  // leave the most, so the output still gets as close to complete as it can).
+  const uint64_t* bits(Table& t, int64_t tokens_left) {
+    uint64_t max_need = 0;
+    const uint64_t* cached = t.mask(id_, c_.special_ids_, &max_need);
+    const uint64_t limit = tokens_left > 0 ? static_cast<uint64_t>(tokens_left - 1) : 0;
+    if (tokens_left == kNoBudget || max_need <= limit) return cached;
+    uint64_t least = 0;
+    if (!t.budget_mask(id_, c_.special_ids_, limit, budget_bits_, least) && !t.can_end(id_))
+      t.budget_mask(id_, c_.special_ids_, least, budget_bits_, least);
+    return budget_bits_.data();
+  }
+
+  void mask(std::span<float> logits, int64_t tokens_left) override {
     const auto start = Clock::now();
     std::lock_guard lock(c_.mu_);
     Table& t = *c_.table_;
     if (t.size() > kMaxStates) t.clear();
     sync(t);
-    const uint64_t* bits = t.mask(id_, c_.special_ids_);
+    const uint64_t* bits = this->bits(t, tokens_left);
     remember(t);
     const bool may_end = t.can_end(id_);
     const size_t have = std::min(logits.size(), static_cast<size_t>(c_.vocab_->vocab_size()));
@@ -253,19 +321,30 @@ class CompiledConstraint::Run final : public ConstrainedRun {
       id_ = static_cast<uint32_t>(to);
     }
     complete_ = ended_ || t.complete(id_);
+    may_end_ = ended_ || t.can_end(id_);
     remember(t);
     seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   }
 
   bool complete() const override { return complete_; }
-  double seconds() const override { return seconds_; }
+  bool may_end() const override { return may_end_; }
 
-  // For tests.
-  std::vector<bool> allowed() {
+  uint64_t need() {
     std::lock_guard lock(c_.mu_);
     Table& t = *c_.table_;
     sync(t);
-    const uint64_t* bits = t.mask(id_, c_.special_ids_);
+    const uint64_t n = t.need(id_);
+    remember(t);
+    return n;
+  }
+  double seconds() const override { return seconds_; }
+
+  // For tests.
+  std::vector<bool> allowed(int64_t tokens_left) {
+    std::lock_guard lock(c_.mu_);
+    Table& t = *c_.table_;
+    sync(t);
+    const uint64_t* bits = this->bits(t, tokens_left);
     remember(t);
     std::vector<bool> out(static_cast<size_t>(c_.vocab_->vocab_size()));
     for (size_t i = 0; i < out.size(); ++i) out[i] = (bits[i >> 6] >> (i & 63)) & 1;
@@ -290,7 +369,8 @@ class CompiledConstraint::Run final : public ConstrainedRun {
   uint32_t id_ = 0;
   uint64_t epoch_ = 0;
   std::string key_;
-  bool complete_ = false, ended_ = false;
+  bool complete_ = false, ended_ = false, may_end_ = false;
+  std::vector<uint64_t> budget_bits_;
   double seconds_ = 0;
 };
 
@@ -323,11 +403,21 @@ size_t CompiledConstraint::memory_bytes() const {
   return grammar_.memory_bytes() + table_->memory_bytes();
 }
 
-std::vector<bool> CompiledConstraint::allowed_after(std::span<const int32_t> tokens,
-                                                    std::span<const int32_t> end_tokens) const {
+std::vector<bool> CompiledConstraint::allowed_after(std::span<const int32_t> tokens, std::span<const int32_t> end_tokens,
+                                                    int64_t tokens_left) const {
   Run run(*this, end_tokens);
   for (int32_t t : tokens) run.advance(t);
-  return run.allowed();
+  return run.allowed(tokens_left);
+}
+
+int64_t CompiledConstraint::min_tokens() const {
+  return static_cast<int64_t>(std::min<uint64_t>(grammar_.min_output_tokens(), kNever));
+}
+
+uint64_t CompiledConstraint::tokens_to_finish_after(std::span<const int32_t> tokens) const {
+  Run run(*this, {});
+  for (int32_t t : tokens) run.advance(t);
+  return run.need();
 }
 
 }  // namespace dsv4::constrain

@@ -36,14 +36,19 @@ class CompiledConstraint final : public LogitConstraint {
   ~CompiledConstraint() override;
 
   std::unique_ptr<ConstrainedRun> begin(std::span<const int32_t> end_tokens) const override;
+  int64_t min_tokens() const override;
 
   const Grammar& grammar() const { return grammar_; }
   const TokenTrie& vocab() const { return *vocab_; }
   // Bytes the caches hold now (grammar, state tables, masks; not the shared vocabulary).
   size_t memory_bytes() const;
 
-  // For tests: which token ids may come after `tokens` (each must have been allowed).
-  std::vector<bool> allowed_after(std::span<const int32_t> tokens, std::span<const int32_t> end_tokens) const;
+  // For tests: which token ids may come after `tokens` (each must have been allowed), with
+  // `tokens_left` for the next one and the rest (ConstrainedRun::mask).
+  std::vector<bool> allowed_after(std::span<const int32_t> tokens, std::span<const int32_t> end_tokens,
+                                  int64_t tokens_left = ConstrainedRun::kNoBudget) const;
+  // For tests: tokens_to_finish() after `tokens`.
+  uint64_t tokens_to_finish_after(std::span<const int32_t> tokens) const;
 
  private:
   class Run;

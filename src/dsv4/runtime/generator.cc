@@ -87,6 +87,19 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     fail("the prompt has {} tokens, which does not fit the context limit of {} tokens (at least one token must be "
          "left to generate)", prompt_len, limit);
 
+  // A constrained output must fit: the shortest complete one (a token per byte) within
+  // max_tokens and the context left after the prompt. A prefill-only request (max_tokens 0)
+  // generates nothing.
+  if (req.constraint && req.max_tokens > 0) {
+    const int64_t need = req.constraint->min_tokens();
+    if (req.max_tokens < need)
+      fail("max_tokens is {}, but the shortest complete answer in this format takes {} tokens: ask for at least {}",
+           req.max_tokens, need, need);
+    if (limit - prompt_len < need)
+      fail("the context limit of {} tokens leaves {} after the prompt, but the shortest complete answer in this "
+           "format takes {} tokens", limit, limit - prompt_len, need);
+  }
+
   GenerationResult result;
   GenerationStats& st = result.stats;
   st.prompt_tokens = prompt_len;
@@ -188,7 +201,12 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     const bool changed = req.logits_filter || constraint;
     if (req.top_logprobs >= 0 && changed) raw.assign(row.begin(), row.end());
     if (req.logits_filter) req.logits_filter(result.tokens, row);
-    if (constraint) constraint->mask(row);
+    if (constraint) {
+      // The tokens this generation may still take, this one included (the context counted
+      // one short, to be safe): the mask keeps a complete output within them.
+      const int64_t taken = static_cast<int64_t>(result.tokens.size());
+      constraint->mask(row, std::max<int64_t>(1, std::min(req.max_tokens, limit - prompt_len) - taken));
+    }
     if (cb.on_logits) cb.on_logits(row);
     const int32_t next = sampler.sample(row, history, req.prompt.size());
     if (constraint) constraint->advance(next);
@@ -232,7 +250,9 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       return false;
     }
     if (static_cast<int64_t>(result.tokens.size()) >= req.max_tokens) {
-      result.finish = FinishReason::kLength;
+      // A constrained output that is complete here (the budget made it end) is a finished
+      // answer: "stop". One that is not (only where the budget is below min_tokens) is cut.
+      result.finish = constraint && constraint->may_end() ? FinishReason::kStop : FinishReason::kLength;
       return false;
     }
     return true;
@@ -262,7 +282,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   if (going) going = take(draw(logits), true);
   while (going) {
     if (session.position >= limit) {
-      result.finish = FinishReason::kContextLimit;
+      result.finish = constraint && constraint->may_end() ? FinishReason::kStop : FinishReason::kContextLimit;
       break;
     }
     if (cb.cancel && cb.cancel->load()) {

@@ -512,6 +512,20 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival, 
     } catch (const Error& e) {
       throw_bad_request(r.output.calls_required ? "tool_choice" : r.output.content_param, "invalid_value", e.what());
     }
+    // The answer must fit: below its shortest complete form it could only be cut short.
+    const int64_t need = g.constraint->min_tokens();
+    if (r.max_tokens < need)
+      throw_bad_request("max_tokens", "invalid_value",
+                        fmt::format("max_tokens is {}, but the shortest complete answer in the requested format ({}) "
+                                    "takes {} tokens: ask for at least {}.",
+                                    r.max_tokens, r.output.calls_required ? "a tool call" : "the JSON schema", need, need));
+    if (limit - static_cast<int64_t>(in.prompt.size()) < need)
+      throw ApiException(ApiError{400, "invalid_request_error",
+                                  fmt::format("This model's maximum context length is {} tokens; the prompt has {} "
+                                              "tokens, which leaves too few for the shortest complete answer in the "
+                                              "requested format ({} tokens).",
+                                              limit, in.prompt.size(), need),
+                                  r.kind == ApiKind::kCompletion ? "prompt" : "messages", "context_length_exceeded"});
   }
   g.spec = r.spec;
   g.draft_max = r.draft_max;

@@ -292,6 +292,7 @@ void Scheduler::run(Job& job) {
       GenerationRequest history = req;
       history.prompt.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(boundary));
       history.max_tokens = 0;
+      history.constraint = nullptr;
       history.stop_strings.clear();
       cb.detokenize = [](int32_t) { return std::string(); };
       GenerationResult r = generate(engine_, session, history, cb);
