@@ -40,8 +40,11 @@ double CachePolicy::value_if_used_now(int32_t key) const {
 }
 
 void CachePolicy::loaded(int slot, int32_t key) {
+  // Read for a request still to come (prefetch, expect, a guess): as protected as a
+  // learned-routed expert used now, also in a hash layer, so a read is not evicted before
+  // the acquire it was made for (an expected hash-layer expert would otherwise go first).
   Priority& p = prio_[static_cast<size_t>(slot)];
-  p.tier = tier_of(key);
+  p.tier = 1;
   p.value = kind_ == CachePolicyKind::kLru ? static_cast<double>(++clock_) : value_if_used_now(key);
 }
 
