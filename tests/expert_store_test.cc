@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <filesystem>
@@ -60,9 +61,12 @@ struct Budgeted {
   IoBackend backend;
   bool direct;
   ExpertLookahead lookahead = ExpertLookahead::kExact;
+  CachePolicyKind policy = CachePolicyKind::kFreq;
 };
 
-void PrintTo(const Budgeted& b, std::ostream* os) { *os << b.fixture << " at " << b.budget; }
+void PrintTo(const Budgeted& b, std::ostream* os) {
+  *os << b.fixture << " at " << b.budget << " (" << cache_policy_name(b.policy) << ")";
+}
 
 LoadedEngine open_budgeted(const Budgeted& b) {
   LoadOptions o;
@@ -72,6 +76,7 @@ LoadedEngine open_budgeted(const Budgeted& b) {
   o.ram = budget(fixture(b.fixture), b.budget);
   o.store.backend = b.backend;
   o.store.direct_io = b.direct;
+  o.store.cache_policy = b.policy;
   return load_engine(fixture(b.fixture), o);
 }
 
@@ -172,6 +177,9 @@ TEST_P(ExpertStoreBitExact, SameBitsAsResident) {
         << "greedy " << g;
   }
   const ExpertStats s = engine->experts().stats();
+  std::printf("%s at %s, %s: %llu requests, %llu hits, %llu reads, %.3f s blocked\n", b.fixture.c_str(),
+              b.budget.c_str(), cache_policy_name(b.policy), static_cast<unsigned long long>(s.requests),
+              static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.reads), s.blocked_seconds);
   EXPECT_GT(s.reads, 0u);
   EXPECT_EQ(s.hits + s.misses, s.requests);
   EXPECT_LE(s.misses, s.reads);
@@ -184,14 +192,22 @@ INSTANTIATE_TEST_SUITE_P(
                       Budgeted{"tiny-a", "min", IoBackend::kThreads, false},
                       Budgeted{"flashlike", "min", IoBackend::kAuto, true, ExpertLookahead::kAll},
                       Budgeted{"flashlike", "middle", IoBackend::kNative, true},
-                      Budgeted{"tiny-a", "min", IoBackend::kNative, true, ExpertLookahead::kOff}),
+                      Budgeted{"tiny-a", "min", IoBackend::kNative, true, ExpertLookahead::kOff},
+                      // The same under LRU eviction: the policy changes what is cached, never the bits.
+                      Budgeted{"tiny-a", "min", IoBackend::kNative, true, ExpertLookahead::kExact, CachePolicyKind::kLru},
+                      Budgeted{"tiny-a", "middle", IoBackend::kThreads, true, ExpertLookahead::kExact,
+                               CachePolicyKind::kLru},
+                      Budgeted{"flashlike", "min", IoBackend::kAuto, true, ExpertLookahead::kAll, CachePolicyKind::kLru},
+                      Budgeted{"flashlike", "middle", IoBackend::kNative, true, ExpertLookahead::kExact,
+                               CachePolicyKind::kLru}),
     [](const auto& info) {
       const Budgeted& b = info.param;
       std::string name = b.fixture + "_" + b.budget + "_" + (b.backend == IoBackend::kThreads ? "threads" : "uring") +
                          (b.direct ? "" : "_buffered") +
                          (b.lookahead == ExpertLookahead::kAll   ? "_lookahead_all"
                           : b.lookahead == ExpertLookahead::kOff ? "_no_lookahead"
-                                                                 : "");
+                                                                 : "") +
+                         (b.policy == CachePolicyKind::kLru ? "_lru" : "");
       for (char& ch : name)
         if (ch == '-') ch = '_';
       return name;

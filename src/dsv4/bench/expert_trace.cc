@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "dsv4/experts/cache_policy.h"
 #include "dsv4/io/checkpoint.h"
 #include "dsv4/util/error.h"
 
@@ -147,38 +148,49 @@ ReplayResult replay_trace(const Checkpoint& ck, const std::vector<ExpertEvent>& 
 
 namespace {
 
-// "freq": every expert keeps a decayed use count (log2 of sum over its uses of 2^(t / half_life),
-// t counted in acquires; time-invariant order, so no rescan), bounded to one double per expert.
-// The victim is the cached expert with the smallest value; hash-routed layers' experts (their
-// reuse is chance) always go first. A newcomer enters with its own value, so an expert used
-// once is the next to go and never evicts a hot one (admission by value).
-double simulate_frequency(const std::vector<std::pair<int64_t, int>>& seq, int n_experts, int hash_layers,
-                          int64_t slots, double half_life, int first_counted_token) {
-  std::unordered_map<int64_t, double> value;  // per expert seen, cached or not
-  std::set<std::pair<std::pair<int, double>, int64_t>> order;  // ((not hash, value), key) of cached experts
-  std::unordered_map<int64_t, std::pair<int, double>> rank;
+// The store's own decisions (CachePolicy) on the trace's acquires and releases, without
+// reads: a missing expert takes the policy's victim among unpinned slots at once. A trace
+// without releases (the synthetic skewed one) pins nothing.
+double simulate_policy(const std::vector<ExpertEvent>& events, int n_experts, int64_t slots, CachePolicyKind kind,
+                       int first_counted_token, int hash_layers, int experts_per_token) {
+  int layers = 0;
+  bool releases = false;
+  for (const ExpertEvent& e : events) {
+    if (e.kind == ExpertEvent::Kind::kAcquire) layers = std::max(layers, e.layer + 1);
+    if (e.kind == ExpertEvent::Kind::kRelease) releases = true;
+  }
+  CachePolicy policy(kind, slots, CachePolicyShape{layers, n_experts, hash_layers, experts_per_token});
+  std::vector<int32_t> slot_of(static_cast<size_t>(layers) * static_cast<size_t>(n_experts), -1);
+  std::vector<int32_t> key_of(static_cast<size_t>(std::max<int64_t>(0, slots)), -1);
+  std::vector<int> pins(key_of.size(), 0);
   uint64_t hits = 0, counted = 0;
-  for (size_t i = 0; i < seq.size(); ++i) {
-    const int64_t k = seq[i].first;
-    const bool count = seq[i].second >= first_counted_token;
-    const double now = double(i) / half_life;
-    auto v = value.find(k);
-    const double nv = v == value.end() ? now
-                                       : std::max(v->second, now) + std::log2(1.0 + std::exp2(-std::abs(v->second - now)));
-    value[k] = nv;
-    const std::pair<int, double> key{k / n_experts >= hash_layers ? 1 : 0, nv};
-    auto it = rank.find(k);
-    if (it != rank.end()) {
-      if (count) ++hits;
-      order.erase({it->second, k});
-    } else if (static_cast<int64_t>(rank.size()) >= slots) {
-      auto victim = order.begin();
-      rank.erase(victim->second);
-      order.erase(victim);
+  int token = 0;
+  for (const ExpertEvent& e : events) {
+    if (e.kind == ExpertEvent::Kind::kTokenEnd) ++token;
+    if (e.kind != ExpertEvent::Kind::kAcquire && e.kind != ExpertEvent::Kind::kRelease) continue;
+    const int32_t k = e.layer * n_experts + e.experts[0];
+    int v = slot_of[static_cast<size_t>(k)];
+    if (e.kind == ExpertEvent::Kind::kRelease) {
+      if (v >= 0 && pins[static_cast<size_t>(v)] > 0) {
+        --pins[static_cast<size_t>(v)];
+        policy.released(v);
+      }
+      continue;
     }
+    const bool count = token >= first_counted_token;
     if (count) ++counted;
-    rank[k] = key;
-    order.insert({key, k});
+    if (v >= 0) {
+      if (count) ++hits;
+    } else {
+      v = policy.victim([&](int i) { return pins[static_cast<size_t>(i)] == 0; });
+      if (v < 0) fail("cache replay: all {} slots are pinned", slots);
+      if (key_of[static_cast<size_t>(v)] >= 0) slot_of[static_cast<size_t>(key_of[static_cast<size_t>(v)])] = -1;
+      key_of[static_cast<size_t>(v)] = k;
+      slot_of[static_cast<size_t>(k)] = v;
+      policy.loaded(v, k);
+    }
+    policy.used(v, k);
+    if (releases) ++pins[static_cast<size_t>(v)];
   }
   return counted ? double(hits) / double(counted) : 0.0;
 }
@@ -188,18 +200,15 @@ double simulate_frequency(const std::vector<std::pair<int64_t, int>>& seq, int n
 double simulate_hit_rate(const std::vector<ExpertEvent>& events, int n_experts, int64_t slots,
                          const std::string& policy, int first_counted_token, int hash_layers,
                          int experts_per_token) {
+  if (policy == "lru" || policy == "freq")
+    return simulate_policy(events, n_experts, slots, parse_cache_policy(policy), first_counted_token, hash_layers,
+                           experts_per_token);
   // The acquire sequence with token numbers.
   std::vector<std::pair<int64_t, int>> seq;  // (key, token)
   int token = 0;
   for (const ExpertEvent& e : events) {
     if (e.kind == ExpertEvent::Kind::kAcquire) seq.emplace_back(int64_t(e.layer) * n_experts + e.experts[0], token);
     if (e.kind == ExpertEvent::Kind::kTokenEnd) ++token;
-  }
-  if (policy == "freq") {
-    int layers = 0;
-    for (const auto& [k, t] : seq) layers = std::max(layers, int(k / n_experts) + 1);
-    const double half_life = 4.0 * std::max(1, layers) * std::max(1, experts_per_token);  // about 4 tokens
-    return simulate_frequency(seq, n_experts, hash_layers, slots, half_life, first_counted_token);
   }
   std::vector<size_t> next_use(seq.size(), std::numeric_limits<size_t>::max());
   if (policy == "opt") {
@@ -209,7 +218,7 @@ double simulate_hit_rate(const std::vector<ExpertEvent>& events, int n_experts, 
       if (it != seen.end()) next_use[i] = it->second;
       seen[seq[i].first] = i;
     }
-  } else if (policy != "lru" && policy != "lfu") {
+  } else if (policy != "lfu") {
     fail("unknown cache policy \"{}\"", policy);
   }
   // Cached keys ordered by eviction priority (smallest evicted first).
@@ -222,7 +231,6 @@ double simulate_hit_rate(const std::vector<ExpertEvent>& events, int n_experts, 
     const bool count = seq[i].second >= first_counted_token;
     ++uses[k];
     std::pair<uint64_t, uint64_t> key;
-    if (policy == "lru") key = {i, 0};
     if (policy == "lfu") key = {uses[k], i};
     if (policy == "opt") key = {std::numeric_limits<uint64_t>::max() - next_use[i], 0};
     auto it = rank.find(k);

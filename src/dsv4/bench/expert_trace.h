@@ -82,10 +82,11 @@ ReplayResult replay_trace(const Checkpoint& ck, const std::vector<ExpertEvent>& 
                           const ExpertStoreOptions& store, const ComputeModel& compute, int first_timed_token);
 
 // Hit rate of the trace's acquire sequence under a policy with `slots` slots, counting
-// only the acquires of tokens >= first_counted_token: "lru", "lfu" (least frequently used
-// so far, LRU among equals), "opt" (Belady: evict the expert needed furthest in the future),
-// "freq" (decayed frequency with a half-life of about 4 tokens, value-based admission, the
-// first `hash_layers` layers' experts evicted first; see expert_trace.cc).
+// only the acquires of tokens >= first_counted_token: "lru" and "freq" are the store's own
+// decisions (CachePolicy, experts/cache_policy.h; the first `hash_layers` layers are
+// hash-routed), with the trace's releases unpinning (a trace without releases pins nothing);
+// "lfu" (least frequently used so far, LRU among equals) and "opt" (Belady: evict the expert
+// needed furthest in the future) ignore pins.
 double simulate_hit_rate(const std::vector<ExpertEvent>& events, int n_experts, int64_t slots,
                          const std::string& policy, int first_counted_token, int hash_layers = 0,
                          int experts_per_token = 6);

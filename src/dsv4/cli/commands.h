@@ -39,6 +39,7 @@ struct ModelOptions {
   int64_t ctx = 0;       // context limit (0 = the command's default)
   std::string ram;       // "auto", "min", "12G", ...
   std::string io;        // auto | uring | threads (expert reads)
+  std::string cache_policy;  // lru | freq (cached expert evictions)
   std::string gpu;       // --gpu auto | off | N (src/dsv4/gpu/backend.h)
   uint64_t gpu_mem = 0;  // --gpu-mem bytes (0 = the device's)
   std::string demo_dir;  // DSV4_DEMO_DIR; empty: models/demo (next to the binary, else the source tree)

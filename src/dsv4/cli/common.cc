@@ -90,6 +90,7 @@ LoadOptions load_options(const ModelOptions& m, const WorkloadShape& workload) {
   o.engine.threads = m.threads;
   o.engine.batch_prompt_rows = m.admit_rows;
   o.store.backend = parse_io_backend(m.io);
+  o.store.cache_policy = parse_cache_policy(m.cache_policy);
   o.store.mirrors = m.mirrors;
   o.store.read_shares = parse_read_shares(m.read_shares);
   o.store.faults = IoFaults::parse_if_set(m.io_faults, "DSV4_TEST_IO_FAULTS");

@@ -89,6 +89,7 @@ void add_model_options(Bindings& b, CLI::App* cmd, dsv4::cli::ModelOptions& m, b
   b.add(cmd, "admit_rows", m.admit_rows);
   b.add(cmd, "ram", m.ram);
   b.add(cmd, "io", m.io);
+  b.add(cmd, "cache_policy", m.cache_policy);
   b.add(cmd, "gpu", m.gpu);
   b.add(cmd, "gpu_mem", m.gpu_mem);
   b.add(cmd, "mirror", m.mirrors);

@@ -127,7 +127,12 @@ void check_mirrors(const Checkpoint& ck, const std::vector<std::string>& mirrors
 }
 
 ExpertStore::ExpertStore(const Checkpoint& ck, const ExpertStoreOptions& options)
-    : options_(options), layout_(ck), n_experts_(layout_.n_experts()), config_(ck.config()) {
+    : options_(options),
+      layout_(ck),
+      n_experts_(layout_.n_experts()),
+      config_(ck.config()),
+      policy_(options.cache_policy, options.slots,
+              CachePolicyShape{layout_.n_layers(), n_experts_, config_.num_hash_layers, config_.n_experts_per_token}) {
   if (options_.slots < 1) fail("expert store: needs at least one slot, got {}", options_.slots);
   if (options_.queue_depth < 1) fail("expert store: queue depth must be at least 1");
   slot_bytes_ = layout_.slot_bytes();
@@ -294,13 +299,7 @@ bool ExpertStore::evictable(const Slot& s, bool allow_reserved) const {
 }
 
 int ExpertStore::find_victim(bool allow_reserved) const {
-  int best = -1;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const Slot& s = slots_[i];
-    if (s.state == State::kFree) return static_cast<int>(i);
-    if (evictable(s, allow_reserved) && (best < 0 || s.last_use < slots_[best].last_use)) best = static_cast<int>(i);
-  }
-  return best;
+  return policy_.victim([&](int i) { return evictable(slots_[static_cast<size_t>(i)], allow_reserved); });
 }
 
 void ExpertStore::submit(Submissions& out) {
@@ -324,7 +323,7 @@ void ExpertStore::start_read(int v, int32_t k, Origin origin, Submissions& out) 
   s.bad_copies.clear();
   s.failures.clear();
   s.retries = 0;
-  s.last_use = ++clock_;
+  policy_.loaded(v, k);
   slot_of_[k] = v;
   if (origin == Origin::kPredict) {
     ++stats_.predicted_reads;
@@ -589,9 +588,10 @@ void ExpertStore::prefetch(int layer, std::span<const int> experts) {
   auto of_layer = [&](int32_t k) { return k / n_experts_ == layer; };
   std::erase_if(want_predicted_, of_layer);
   std::erase_if(want_expected_, of_layer);
-  for (Slot& s : slots_) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
     if (s.unused_prediction && s.key / n_experts_ == layer && !reserved(s) && s.state != State::kLoading)
-      s.last_use = 0;
+      policy_.demoted(static_cast<int>(i));
   }
   pump(out);
   lock.unlock();
@@ -679,6 +679,7 @@ const ExpertWeights& ExpertStore::acquire(int layer, int expert) {
     slot_of_[k] = -1;
     s.key = -1;
     s.state = State::kFree;
+    policy_.freed(v);
     s.reserved_epoch = 0;
     if (s.unused_prediction) {
       s.unused_prediction = false;
@@ -698,7 +699,7 @@ const ExpertWeights& ExpertStore::acquire(int layer, int expert) {
   }
   ++s.pins;
   s.reserved_epoch = 0;
-  s.last_use = ++clock_;
+  policy_.used(v, k);
   return s.weights;
 }
 
@@ -710,7 +711,7 @@ void ExpertStore::release(int layer, int expert) {
   if (v < 0 || slots_[v].pins == 0) fail("expert store: release of expert {} of layer {}, which is not acquired", expert, layer);
   Slot& s = slots_[v];
   --s.pins;
-  s.last_use = ++clock_;
+  policy_.released(v);
   pump(out);
   lock.unlock();
   submit(out);

@@ -12,8 +12,9 @@
 //                   order as slots become available;
 //   ready(l, e)     whether acquire(l, e) would return at once (read done, or failed);
 //   acquire(l, e)   blocks until the expert is in memory and pins it until release().
-// Eviction is least-recently-used among slots that are neither pinned, reserved, nor
-// being read. Pinned experts are never evicted.
+// Eviction follows the cache policy (--cache-policy, cache_policy.h: the same decisions the
+// trace replay makes) among slots that are neither pinned, reserved, nor being read. Pinned
+// experts are never evicted.
 //
 // Several folders (the checkpoint's and its mirrors): a large window of an expert is read in
 // pieces, one per folder in proportion to the folders' read shares, so every drive works on
@@ -40,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "dsv4/experts/cache_policy.h"
 #include "dsv4/experts/expert_layout.h"
 #include "dsv4/experts/expert_provider.h"
 #include "dsv4/platform/read_queue.h"
@@ -65,6 +67,7 @@ void check_mirrors(const Checkpoint& ck, const std::vector<std::string>& mirrors
 struct ExpertStoreOptions {
   int64_t slots = 0;             // cache slots (>= 1)
   IoBackend backend = IoBackend::kAuto;  // auto: the native queue, else pread threads
+  CachePolicyKind cache_policy = default_cache_policy();  // which cached expert makes room
   int queue_depth = 4;           // experts read concurrently
   bool direct_io = true;         // false: buffered reads (testing / filesystems without O_DIRECT)
   bool predict = true;           // accept predict() hints (the engine's next-layer lookahead)
@@ -106,6 +109,7 @@ class ExpertStore final : public ExpertProvider {
 
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
   uint64_t slot_bytes() const { return slot_bytes_; }
+  CachePolicyKind cache_policy() const { return policy_.kind(); }
   const char* backend_name() const { return queue_->name(); }
   bool direct_io() const { return files_->all_direct(); }  // every copy is read with O_DIRECT
   // The share of expert reads each folder serves (checkpoint's first, then mirrors).
@@ -129,7 +133,6 @@ class ExpertStore final : public ExpertProvider {
     Origin origin = Origin::kDemand;
     int pins = 0;
     uint64_t reserved_epoch = 0;  // == epoch_: needed by the current prefetch, not yet acquired
-    uint64_t last_use = 0;        // LRU clock
     bool fresh = false;           // read from the SSD and not yet acquired
     bool unused_prediction = false;  // read by predict() or expect() and not yet acquired
     std::string error;
@@ -183,9 +186,10 @@ class ExpertStore final : public ExpertProvider {
   std::condition_variable ready_;
   std::vector<Slot> slots_;
   std::vector<int32_t> slot_of_;  // key -> slot, -1 if absent
+  CachePolicy policy_;            // eviction order of the slots
   std::deque<int32_t> want_needed_, want_expected_, want_predicted_;
   std::map<int32_t, std::string> failed_;  // experts whose last read failed a request
-  uint64_t epoch_ = 1, clock_ = 0;
+  uint64_t epoch_ = 1;
   int loading_ = 0;            // reads in flight
   int loading_predicted_ = 0;  // of which started by predict() (expect() reads count as needed)
   int predicted_unused_slots_ = 0;

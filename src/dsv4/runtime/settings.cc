@@ -102,6 +102,9 @@ std::vector<Setting> make_table() {
            "RAM budget: 512M, 24G, 1.5G, 'min' (smallest that works) or 'auto' (80 % of available memory)"),
       choice("io", "--io", "DSV4_IO", "auto", {"auto", "uring", "iocp", "threads"},
              "expert reads: auto (the OS's queue, else threads), uring (Linux), iocp (Windows) or threads"),
+      choice("cache_policy", "--cache-policy", "DSV4_CACHE_POLICY", "freq", {"lru", "freq"},
+             "which cached expert makes room for a new one: freq (the least used lately, by a use count "
+             "that halves every ~4 tokens; hash-routed layers' experts first) or lru (the least recently used)"),
       text("mirror", "--mirror", "", "",
            "another folder with copies of the checkpoint's shards, e.g. on another drive (repeatable): each "
            "expert is read from one copy, in proportion to the folders' speeds, and from another when a read "
