@@ -13,31 +13,14 @@
 #include "dsv4/constrain/token_trie.h"
 #include "dsv4/text/chat_format.h"
 #include "dsv4/text/tokenizer.h"
+#include "grammar_util.h"
 #include "test_util.h"
 
 namespace dsv4::constrain {
 namespace {
 
-Grammar content_grammar(const char* schema, bool thinking = false) {
-  const Json s = Json::parse(schema);
-  AnswerFormat f;
-  f.content_schema = &s;
-  f.content_where = "schema";
-  f.thinking = thinking;
-  return build_answer_grammar(f);
-}
-
 // The symbols of `text` (the chat format's specials count one each).
 uint64_t symbols_of(const Grammar& g, std::string_view text) { return g.symbols(text).size(); }
-
-bool accepts(const Grammar& g, std::string_view text) {
-  StackSet set = initial_stacks(g);
-  for (Symbol s : g.symbols(text)) {
-    set = advance(g, set, s);
-    if (set.empty()) return false;
-  }
-  return can_end(g, set);
-}
 
 struct MinCase {
   const char* schema;

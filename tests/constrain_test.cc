@@ -16,30 +16,11 @@
 #include "dsv4/text/chat_format.h"
 #include "dsv4/text/tokenizer.h"
 #include "dsv4/util/file.h"
+#include "grammar_util.h"
 #include "test_util.h"
 
 namespace dsv4::constrain {
 namespace {
-
-Grammar content_grammar(const Json& schema, bool thinking = false) {
-  AnswerFormat f;
-  f.content_schema = &schema;
-  f.content_where = "schema";
-  f.thinking = thinking;
-  return build_answer_grammar(f);
-}
-
-Grammar content_grammar(const char* schema) { return content_grammar(Json::parse(schema)); }
-
-// Whether `text` (bytes; specials as their symbols) is a complete output of `g`.
-bool accepts(const Grammar& g, std::string_view text) {
-  StackSet set = initial_stacks(g);
-  for (Symbol s : g.symbols(text)) {
-    set = advance(g, set, s);
-    if (set.empty()) return false;
-  }
-  return can_end(g, set);
-}
 
 // The prefix is still viable (some completion exists).
 bool viable(const Grammar& g, std::string_view text) {
