@@ -133,6 +133,9 @@ if [[ "${DSV4_SKIP_WINDOWS:-0}" != 1 ]]; then
   ninja -C build/windows dsv4 dsv4_tests
   step "windows tests under wine"
   export WINEPREFIX="$PWD/build/wine-prefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
+  # A fresh prefix is made and its services settle before the first test starts a process.
+  wine wineboot --init
+  wineserver --wait
   windows_skip=(
     'KernelBench.*'  # timings, not checks
     # Replacing or deleting a shard the engine holds open: Windows refuses the rename over an

@@ -496,21 +496,32 @@ int run_program(const std::string& command_line, const std::string& stdin_path, 
                        FILE_SHARE_READ | FILE_SHARE_WRITE, &inherit, write ? CREATE_ALWAYS : OPEN_EXISTING,
                        FILE_ATTRIBUTE_NORMAL, nullptr);
   };
-  HANDLE in = open(stdin_path, false), out = open(stdout_path, true), err = open(stderr_path, true);
-  STARTUPINFOW startup{};
-  startup.cb = sizeof startup;
-  startup.dwFlags = STARTF_USESTDHANDLES;
-  startup.hStdInput = in;
-  startup.hStdOutput = out;
-  startup.hStdError = err;
   PROCESS_INFORMATION process{};
-  std::wstring line = widen(command_line);  // CreateProcessW may write into it
-  const bool started = in != INVALID_HANDLE_VALUE && out != INVALID_HANDLE_VALUE && err != INVALID_HANDLE_VALUE &&
-                       CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, nullptr, &startup,
-                                      &process);
-  for (HANDLE h : {in, out, err})
-    if (h != INVALID_HANDLE_VALUE) CloseHandle(h);
-  if (!started) return -1;
+  // A start that fails is tried again a few times, then reported with Windows' reason: once in
+  // CI (2026-12-07, a fresh wine prefix) one start of dsv4.exe gave -1 and said nothing.
+  DWORD last_error = 0;
+  bool started = false;
+  for (int attempt = 0; attempt < 4 && !started; ++attempt) {
+    if (attempt > 0) Sleep(250u << attempt);
+    HANDLE in = open(stdin_path, false), out = open(stdout_path, true), err = open(stderr_path, true);
+    STARTUPINFOW startup{};
+    startup.cb = sizeof startup;
+    startup.dwFlags = STARTF_USESTDHANDLES;
+    startup.hStdInput = in;
+    startup.hStdOutput = out;
+    startup.hStdError = err;
+    std::wstring line = widen(command_line);  // CreateProcessW may write into it
+    started = in != INVALID_HANDLE_VALUE && out != INVALID_HANDLE_VALUE && err != INVALID_HANDLE_VALUE &&
+              CreateProcessW(nullptr, line.data(), nullptr, nullptr, TRUE, 0, nullptr, nullptr, &startup, &process);
+    if (!started) last_error = GetLastError();
+    for (HANDLE h : {in, out, err})
+      if (h != INVALID_HANDLE_VALUE) CloseHandle(h);
+  }
+  if (!started) {
+    std::fprintf(stderr, "dsv4: cannot start %s: Windows error %lu\n", command_line.c_str(),
+                 static_cast<unsigned long>(last_error));
+    return -1;
+  }
   int code = 124;
   if (WaitForSingleObject(process.hProcess, DWORD(std::max(timeout_s, 0)) * 1000u) == WAIT_TIMEOUT) {
     TerminateProcess(process.hProcess, 124);
