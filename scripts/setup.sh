@@ -17,8 +17,9 @@ APT_PACKAGES=(
   # OpenBLAS under it (the default reference BLAS is ~10x slower), the King James Bible it is
   # trained on, and the word list the demo test checks its English against.
   python3-torch libopenblas0-pthread bible-kjv bible-kjv-text wamerican
-  # The independent JSON Schema validator of the constrained-decoding tests (tests/validate_json.py).
-  python3-jsonschema
+  # The independent JSON Schema validator of the constrained-decoding tests (tests/validate_json.py),
+  # and RFC 3987 for its uri / uri-reference format checks.
+  python3-jsonschema python3-rfc3987
 )
 # Node.js (for the tokenizer/OpenAI-SDK/browser test oracles): the machine's own if present.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)

@@ -148,6 +148,10 @@ const char* kWalkSchemas[] = {
         "$ref": "#/$defs/tree"})",
     R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"], "additionalProperties": {"type": "boolean"}})",
     R"({"type": "object"})",
+    R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+        "when": {"type": "string", "format": "date-time"}, "ip": {"type": "string", "format": "ipv6"},
+        "tag": {"type": "string", "pattern": "^[a-z\"\\\\/]+$", "maxLength": 5}, "mail": {"type": "string", "format": "email"}},
+        "required": ["id", "when", "ip", "tag"], "additionalProperties": false})",
 };
 
 TEST(ConstrainBudget, CountIsAPathFromEveryStateOfRandomWalks) {
@@ -236,7 +240,7 @@ TEST(ConstrainBudget, BudgetedMaskAlwaysCompletesWithinMaxTokens) {
       }
     }
   }
-  EXPECT_EQ(walks, 6 * 4 * 3);
+  EXPECT_EQ(walks, static_cast<int>(std::size(kWalkSchemas)) * 4 * 3);
 }
 
 TEST(ConstrainBudget, AmpleBudgetLeavesTheMaskUnchanged) {

@@ -57,6 +57,17 @@ const SchemaCase kCases[] = {
         "$ref": "#/$defs/tree"})"},
     {"other keys", R"({"type": "object", "properties": {"id": {"type": "integer"}},
         "required": ["id"], "additionalProperties": {"type": "boolean"}})"},
+    {"patterns", R"({"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}, "day": {"type": "string", "format": "date"},
+        "id": {"type": "string", "format": "uuid"}, "ip": {"type": "string", "format": "ipv4"},
+        "word": {"type": "string", "pattern": "^(?:[a-z]+|\"[^\"]*\")$", "maxLength": 6}, "count": {"type": "integer", "format": "int32"}},
+        "required": ["code", "day", "id", "ip", "word", "count"], "additionalProperties": false})"},
+    {"formats", R"({"type": "object", "properties": {
+        "at": {"type": "string", "format": "date-time"}, "v6": {"type": "string", "format": "ipv6"},
+        "host": {"type": "string", "format": "hostname", "maxLength": 20}, "link": {"type": "string", "format": "uri"},
+        "ref": {"type": "string", "format": "uri-reference", "maxLength": 12}, "span": {"type": "string", "format": "duration"},
+        "mail": {"type": "string", "format": "email", "maxLength": 16}, "clock": {"type": "string", "format": "time"}},
+        "required": ["at", "v6", "host", "link", "ref", "span", "mail", "clock"], "additionalProperties": false})"},
 };
 
 // Sampler settings the seeds cycle through: temperature 1 mostly, and every other knob.

@@ -73,6 +73,62 @@ TEST(JsonSchema, Strings) {
   EXPECT_FALSE(viable(len, "\"abcd"));
 }
 
+// pattern and format: the decoded text is what the automaton reads, written with the short
+// escapes where it needs them; lengths and enums combine with them exactly.
+TEST(JsonSchema, PatternsAndFormats) {
+  const Grammar p = content_grammar(R"({"type": "string", "pattern": "^[a-c]+(\"|/)?$"})");
+  for (const char* ok : {"\"ab\"", "\"ab\\\"\"", "\"c/\"", "\"c\\/\""}) EXPECT_TRUE(accepts(p, ok)) << ok;
+  for (const char* bad : {"\"\"", "\"abd\"", "\"a\"\"", "\"\\u0061\"", "\"a\\n\""}) EXPECT_FALSE(accepts(p, bad)) << bad;
+  EXPECT_FALSE(viable(p, "\"d"));
+  EXPECT_FALSE(viable(p, "\"a\\n"));  // the escape writes a byte the pattern refuses
+  // Search semantics: unanchored, the pattern may match anywhere.
+  const Grammar search = content_grammar(R"({"type": "string", "pattern": "\\d{3}"})");
+  EXPECT_TRUE(accepts(search, "\"ab123cd\""));
+  EXPECT_FALSE(accepts(search, "\"ab12cd\""));
+  const Grammar tabs = content_grammar(R"({"type": "string", "pattern": "^\\s+$"})");
+  EXPECT_TRUE(accepts(tabs, "\" \\t\\n\""));
+  EXPECT_FALSE(accepts(tabs, "\"\t\""));  // a raw control byte is never JSON
+
+  const Grammar date = content_grammar(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"},
+      "n": {"type": "integer", "format": "int64"}}, "required": ["d", "n"], "additionalProperties": false})");
+  EXPECT_TRUE(accepts(date, R"({"d":"2024-02-29","n":1})"));
+  EXPECT_FALSE(accepts(date, R"({"d":"2023-02-29","n":1})"));
+  EXPECT_FALSE(accepts(date, R"({"d":"tomorrow","n":1})"));
+  // A format alone implies a string; an unknown one is an annotation.
+  EXPECT_FALSE(accepts(content_grammar(R"({"format": "ipv4"})"), "3"));
+  EXPECT_TRUE(accepts(content_grammar(R"({"format": "ipv4"})"), R"("10.0.0.255")"));
+  EXPECT_TRUE(accepts(content_grammar(R"({"format": "x-mine"})"), "3"));
+  // Pattern and format together, with lengths.
+  const Grammar both = content_grammar(R"({"type": "string", "format": "ipv4", "pattern": "^10\\.", "maxLength": 8})");
+  EXPECT_TRUE(accepts(both, R"("10.0.0.1")"));
+  EXPECT_FALSE(accepts(both, R"("10.0.0.10")"));
+  EXPECT_FALSE(accepts(both, R"("11.0.0.1")"));
+  const Grammar len = content_grammar(R"({"type": "string", "pattern": "^x*$", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(accepts(len, R"("x")"));
+  EXPECT_TRUE(accepts(len, R"("xxx")"));
+  EXPECT_FALSE(viable(len, R"("xxxx)"));
+  // Beside enum or const, they drop the values that break them.
+  const Grammar e = content_grammar(R"({"enum": ["a1", "b2", "ccc", 4], "pattern": "^[ab]", "maxLength": 2})");
+  EXPECT_TRUE(accepts(e, R"("a1")"));
+  EXPECT_TRUE(accepts(e, "4"));
+  EXPECT_FALSE(accepts(e, R"("ccc")"));
+  // Nothing satisfies: refused naming the keyword.
+  EXPECT_EQ(refusal(R"({"type": "string", "format": "uuid", "pattern": "^z"})").keyword(), "format");
+  EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^\\d{4}$", "minLength": 5})").keyword(), "pattern");
+  EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^\\u0001$"})").keyword(), "pattern");
+  EXPECT_EQ(refusal(R"({"type": "string", "pattern": 3})").keyword(), "pattern");
+  // Inside a DSML parameter the marker's bytes can never be spelled.
+  AnswerFormat f;
+  const Json params = Json::parse(R"({"type": "object", "properties": {"q": {"type": "string", "pattern": "^.*$"}},
+      "required": ["q"]})");
+  f.calls_required = true;
+  f.tools = {{"search", &params, "tools[0].function.parameters", true}};
+  const Grammar call = build_answer_grammar(f);
+  const std::string head = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"search\">\n<｜DSML｜parameter name=\"q\" string=\"false\">\"a";
+  EXPECT_TRUE(viable(call, head));
+  EXPECT_FALSE(viable(call, head + dsml_marker()));
+}
+
 TEST(JsonSchema, Numbers) {
   const Grammar g = content_grammar(R"({"type": "number"})");
   for (const char* ok : {"0", "-0", "12", "1.5e+10", "1E5", "-3.25e-2", "0.0", "123456789012345", "1.5e99"})
@@ -157,12 +213,15 @@ TEST(JsonSchema, AnyOfRefsAndRecursion) {
 }
 
 TEST(JsonSchema, RefusalsNameTheKeywordAndItsPath) {
-  SchemaError e = refusal(R"({"type": "string", "pattern": "^a"})");
-  EXPECT_EQ(e.keyword(), "pattern");
-  EXPECT_EQ(e.param(), "schema.pattern");
-  e = refusal(R"({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}})");
-  EXPECT_EQ(e.param(), "schema.properties.when.format");
-  EXPECT_NE(std::string(e.what()).find("format"), std::string::npos);
+  SchemaError e = refusal(R"({"type": "integer", "multipleOf": 3})");
+  EXPECT_EQ(e.keyword(), "multipleOf");
+  EXPECT_EQ(e.param(), "schema.multipleOf");
+  e = refusal(R"({"type": "object", "properties": {"when": {"type": "object", "patternProperties": {"^x": {}}}}})");
+  EXPECT_EQ(e.param(), "schema.properties.when.patternProperties");
+  EXPECT_NE(std::string(e.what()).find("patternProperties"), std::string::npos);
+  e = refusal(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "(a)\\1"}}})");
+  EXPECT_EQ(e.param(), "schema.properties.id.pattern");
+  EXPECT_NE(std::string(e.what()).find("backreference \\1 is not supported"), std::string::npos) << e.what();
   e = refusal(R"({"anyOf": [{"type": "string"}, {"oneOf": []}]})");
   EXPECT_EQ(e.param(), "schema.anyOf[1].oneOf");
   e = refusal(R"({"$defs": {"x": {"minimum": 3}}, "$ref": "#/$defs/x"})");
@@ -241,8 +300,8 @@ TEST(JsonSchema, UnsupportedAssertionsAreRefusedOrDropped) {
     }
   }
   // Not strict: dropped, listed, and the rest still holds.
-  const Json schema = Json::parse(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^a",
-      "format": "uuid"}, "n": {"type": "integer", "minimum": 1}, "t": {"type": "array", "items": [{"type": "string"}]}},
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"id": {"type": "string", "not": {"const": "b"},
+      "format": "int64"}, "n": {"type": "integer", "minimum": 1}, "t": {"type": "array", "items": [{"type": "string"}]}},
       "required": ["id", "n"], "additionalProperties": false, "oneOf": [{"required": ["id"]}]})");
   AnswerFormat f;
   f.content_schema = &schema;
@@ -250,7 +309,7 @@ TEST(JsonSchema, UnsupportedAssertionsAreRefusedOrDropped) {
   f.content_strict = false;
   std::vector<std::string> dropped;
   const Grammar g = build_answer_grammar(f, {}, &dropped);
-  EXPECT_EQ(dropped, (std::vector<std::string>{"schema.oneOf", "schema.properties.id.pattern", "schema.properties.id.format",
+  EXPECT_EQ(dropped, (std::vector<std::string>{"schema.oneOf", "schema.properties.id.not",
                                               "schema.properties.n.minimum", "schema.properties.t.items"}));
   EXPECT_TRUE(accepts(g, R"({"id":"zz","n":0,"t":[1]})"));
   EXPECT_FALSE(accepts(g, R"({"id":"zz"})"));
@@ -265,13 +324,13 @@ TEST(JsonSchema, UnsupportedAssertionsAreRefusedOrDropped) {
   }
   // A tool's parameters that are not strict.
   const Json params = Json::parse(R"({"type": "object", "minProperties": 1, "properties": {"q": {"type": "string",
-                                      "pattern": "x"}}, "required": ["q"]})");
+                                      "not": {"const": "x"}}}, "required": ["q"]})");
   AnswerFormat t;
   t.calls_required = true;
   t.tools = {{"search", &params, "tools[0].function.parameters", false}};
   build_answer_grammar(t, {}, &dropped);
   EXPECT_EQ(dropped, (std::vector<std::string>{"tools[0].function.parameters.minProperties",
-                                              "tools[0].function.parameters.properties.q.pattern"}));
+                                              "tools[0].function.parameters.properties.q.not"}));
   t.tools[0].strict = true;
   EXPECT_THROW(build_answer_grammar(t), SchemaError);
 }
@@ -401,6 +460,8 @@ TEST(ConstraintMask, EqualsBruteForceOnTheFixtureVocabulary) {
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     check_masks(tok, content_grammar(kMixedSchema), 80, seed);
     check_masks(tok, content_grammar(R"({"type": "array", "items": {"type": "string"}})"), 60, seed);
+    check_masks(tok, content_grammar(R"({"type": "array", "items": {"anyOf": [{"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": "^[a-z\"]{2,}$"}]}})"), 60, seed);
   }
 }
 

@@ -211,13 +211,13 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
   ASSERT_EQ(ok.status, 200) << ok.body;
   EXPECT_FALSE(ok.headers.count("X-DSV4-Schema-Warnings"));
 
-  const Json asserted = Json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"},
+  const Json asserted = Json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}},
       "n": {"type": "integer", "minimum": 0}}, "required": ["a", "n"], "additionalProperties": false})");
   body["response_format"]["json_schema"]["schema"] = asserted;
   Reply refused = post(s, "/v1/chat/completions", body);
   ASSERT_EQ(refused.status, 400) << refused.body;
-  EXPECT_EQ(refused.json["error"]["param"], "response_format.json_schema.schema.properties.a.pattern");
-  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("pattern"), std::string::npos);
+  EXPECT_EQ(refused.json["error"]["param"], "response_format.json_schema.schema.properties.a.not");
+  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("\"not\""), std::string::npos);
 
   for (bool stream : {false, true}) {
     body["response_format"]["json_schema"]["strict"] = false;
@@ -226,7 +226,7 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
     ASSERT_EQ(lenient.status, 200) << lenient.body;
     ASSERT_TRUE(lenient.headers.count("X-DSV4-Schema-Warnings"));
     EXPECT_EQ(lenient.headers.find("X-DSV4-Schema-Warnings")->second,
-              "dropped unsupported keywords: response_format.json_schema.schema.properties.a.pattern; "
+              "dropped unsupported keywords: response_format.json_schema.schema.properties.a.not; "
               "response_format.json_schema.schema.properties.n.minimum");
   }
 
@@ -235,7 +235,7 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
   tool_call["tool_choice"] = "required";
   Reply tool_refused = post(s, "/v1/chat/completions", tool_call);
   ASSERT_EQ(tool_refused.status, 400) << tool_refused.body;
-  EXPECT_EQ(tool_refused.json["error"]["param"], "tools[0].function.parameters.properties.a.pattern");
+  EXPECT_EQ(tool_refused.json["error"]["param"], "tools[0].function.parameters.properties.a.not");
   tool_call["tools"][0]["function"]["strict"] = false;
   Reply tool_ok = post(s, "/v1/chat/completions", tool_call);
   ASSERT_EQ(tool_ok.status, 200) << tool_ok.body;
@@ -247,11 +247,11 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
                   {"tool_choice", {{"type", "any"}}}};
   Reply anthropic_refused = post(s, "/v1/messages", message);
   ASSERT_EQ(anthropic_refused.status, 400) << anthropic_refused.body;
-  EXPECT_NE(anthropic_refused.body.find("tools[0].input_schema.properties.a.pattern"), std::string::npos);
+  EXPECT_NE(anthropic_refused.body.find("tools[0].input_schema.properties.a.not"), std::string::npos);
   message["tools"][0]["strict"] = false;
   Reply anthropic_ok = post(s, "/v1/messages", message);
   ASSERT_EQ(anthropic_ok.status, 200) << anthropic_ok.body;
-  EXPECT_NE(anthropic_ok.headers.find("X-DSV4-Schema-Warnings")->second.find("tools[0].input_schema.properties.a.pattern"),
+  EXPECT_NE(anthropic_ok.headers.find("X-DSV4-Schema-Warnings")->second.find("tools[0].input_schema.properties.a.not"),
             std::string::npos);
 }
 
@@ -478,10 +478,10 @@ TEST(Server, MessagesForcedToolUseFollowsTheInputSchemaAndNoneForbidsCalls) {
   EXPECT_EQ(refused.json["error"]["type"], "invalid_request_error");
   EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("stop_sequences"), std::string::npos) << refused.body;
   bad.erase("stop_sequences");
-  bad["tools"][0]["input_schema"]["properties"]["city"]["format"] = "date";
+  bad["tools"][0]["input_schema"]["properties"]["city"]["not"] = {{"const", "x"}};
   refused = post(s, "/v1/messages", bad);
   EXPECT_EQ(refused.status, 400);
-  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("tools[0].input_schema.properties.city.format"),
+  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("tools[0].input_schema.properties.city.not"),
             std::string::npos)
       << refused.body;
   // With "auto" the same schema is not compiled (nothing is forced): accepted.
@@ -692,7 +692,7 @@ std::vector<BadRequest> bad_requests() {
        "response_format.json_schema.name"},
       {"json_schema with an unsupported keyword", "POST", chat,
        with("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
-            "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^a\"}}}}}"),
+            "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}}}}}"),
        400, "response_format.json_schema.schema.properties.a.pattern"},
       {"json_schema with a $ref cycle", "POST", chat,
        with("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
@@ -712,8 +712,8 @@ std::vector<BadRequest> bad_requests() {
        400, "tool_choice.function.name"},
       {"forced tool with an unsupported keyword", "POST", chat,
        with("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
-            "\"properties\":{\"when\":{\"type\":\"string\",\"format\":\"date\"}}}}}],\"tool_choice\":\"required\""),
-       400, "tools[0].function.parameters.properties.when.format"},
+            "\"properties\":{\"when\":{\"type\":\"string\",\"pattern\":\"(?!x)\"}}}}}],\"tool_choice\":\"required\""),
+       400, "tools[0].function.parameters.properties.when.pattern"},
       {"tool_choice a number", "POST", chat, with("\"tool_choice\":5"), 400, "tool_choice"},
       {"unknown reasoning_effort", "POST", chat, with("\"reasoning_effort\":\"extreme\""), 400, "reasoning_effort"},
       {"thinking a string", "POST", chat, with("\"thinking\":\"yes\""), 400, "thinking"},

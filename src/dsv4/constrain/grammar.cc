@@ -261,6 +261,46 @@ NodeId Grammar::repeat(NodeId item, NodeId separator, uint32_t min, uint32_t max
   return add(std::move(n));
 }
 
+NodeId Grammar::pattern_string(const ByteDfa& dfa) {
+  ByteDfa d = writable_in_json(dfa);
+  if (d.start == ByteDfa::kDead) return kNoNode;
+  // Fewest symbols to the closing quote from each state: shortest paths over the reversed
+  // automaton, a byte costing what writing it takes (Dijkstra; costs are 1 or 2).
+  const uint32_t n = d.size();
+  std::vector<uint32_t> class_cost(d.classes, 2);
+  for (int b = 0; b < 256; ++b)
+    class_cost[d.byte_class[b]] = std::min(class_cost[d.byte_class[b]], written_symbols(uint8_t(b)));
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> back(n);  // (from, cost)
+  for (uint32_t s = 0; s < n; ++s)
+    for (uint32_t c = 0; c < d.classes; ++c)
+      if (const uint32_t t = d.table[size_t(s) * d.classes + c]; t != ByteDfa::kDead) back[t].push_back({s, class_cost[c]});
+  std::vector<uint64_t> rest(n, kNever);
+  std::vector<std::vector<uint32_t>> buckets(1);
+  for (uint32_t s = 0; s < n; ++s)
+    if (d.accept[s]) {
+      rest[s] = 1;  // the closing quote
+      buckets[0].push_back(s);
+    }
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    for (size_t i = 0; i < buckets[k].size(); ++i) {
+      const uint32_t s = buckets[k][i];
+      if (rest[s] != k + 1) continue;  // reached more cheaply since
+      for (const auto& [from, cost] : back[s]) {
+        if (rest[from] <= k + 1 + cost) continue;
+        rest[from] = k + 1 + cost;
+        if (buckets.size() <= k + cost) buckets.resize(k + cost + 1);
+        buckets[k + cost].push_back(from);
+      }
+    }
+  }
+  dfas_.push_back(std::move(d));
+  dfa_rest_.push_back(std::move(rest));
+  Node node;
+  node.kind = NodeKind::kPattern;
+  node.index = static_cast<uint32_t>(dfas_.size() - 1);
+  return add(std::move(node));
+}
+
 NodeId Grammar::placeholder() {
   Node n;
   n.kind = NodeKind::kAnyOf;
@@ -318,6 +358,7 @@ void Grammar::finalize(NodeId root) {
       switch (n.kind) {
         case NodeKind::kLiteral:
         case NodeKind::kString:
+        case NodeKind::kPattern:
         case NodeKind::kRawText:
         case NodeKind::kNumber:
         case NodeKind::kUntil: v = 1; break;
@@ -385,6 +426,7 @@ void Grammar::compute_min_symbols() {
       switch (n.kind) {
         case NodeKind::kLiteral: v = tries_[n.index].shortest_below(0); break;
         case NodeKind::kString: v = add_sat(2, n.min); break;                // "…" of ASCII characters
+        case NodeKind::kPattern: v = add_sat(1, dfa_rest(n.index, dfas_[n.index].start)); break;
         case NodeKind::kRawText: v = add_sat(3, n.min); break;               // text, "</", terminator
         case NodeKind::kNumber: v = 1; break;                                 // 0
         case NodeKind::kUntil: v = 1; break;                                  // the terminator
@@ -452,6 +494,7 @@ void Grammar::compute_min_symbols() {
           break;
         }
         case NodeKind::kString:
+        case NodeKind::kPattern:
         case NodeKind::kRawText:
         case NodeKind::kUntil:
         case NodeKind::kArray: v = true; break;
@@ -500,6 +543,7 @@ size_t Grammar::memory_bytes() const {
   for (const SymbolTrie& t : tries_) bytes += t.size() * 48;
   for (const ObjectShape& s : shapes_) bytes += s.keys.size() * 64 + s.properties.size() * 64;
   bytes += patterns_.size() * 16 * 256;
+  for (size_t i = 0; i < dfas_.size(); ++i) bytes += dfas_[i].memory_bytes() + dfa_rest_[i].size() * sizeof(uint64_t);
   return bytes;
 }
 

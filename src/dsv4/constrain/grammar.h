@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dsv4/constrain/regex.h"
+
 namespace dsv4::constrain {
 
 using Symbol = uint16_t;   // 0..255: a byte; 256 + k: the grammar's k-th special token
@@ -46,6 +48,25 @@ inline constexpr uint32_t kMaxWhitespace = 20;
 // integer stays exact in a double, no number overflows one.
 inline constexpr uint32_t kMaxIntDigits = 15, kMaxFracDigits = 15, kMaxExpDigits = 2;
 
+// The byte a short JSON escape \<letter> writes (-1: not one), and the symbols a byte of a
+// string's text takes when written (2 for those that must be escaped).
+inline int short_escape(Symbol letter) {
+  switch (letter) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '/': return '/';
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return -1;
+  }
+}
+inline uint32_t written_symbols(uint8_t byte) {
+  return byte == '"' || byte == '\\' || byte < 0x20 ? 2 : 1;
+}
+
 enum class NodeKind : uint8_t {
   kLiteral,  // exactly one of a set of symbol strings
   kString,   // a JSON string "…" (escapes, \uXXXX with surrogate pairs, valid UTF-8)
@@ -57,6 +78,7 @@ enum class NodeKind : uint8_t {
   kSeq,      // children one after another
   kUntil,    // free text ended by a special symbol (e.g. reasoning up to </think>)
   kRepeat,   // child (separator child)… between min and max times
+  kPattern,  // a JSON string whose text a byte automaton accepts (pattern, format, lengths)
 };
 
 // A set of symbol strings as a trie; node 0 is the root. Each terminal node carries the index
@@ -140,7 +162,7 @@ struct ObjectShape {
 struct Node {
   NodeKind kind = NodeKind::kLiteral;
   uint32_t min = 0, max = kUnbounded;  // string/raw text: code points; array/repeat: items
-  uint32_t index = 0;                  // literal: trie; object: shape; pattern (string/raw/until)
+  uint32_t index = 0;                  // literal: trie; object: shape; pattern string: automaton
   bool integer = false;                // number: integers only
   bool no_escapes = false;             // string: a free object key (no backslash)
   uint32_t exclude = SymbolTrie::kNone;  // string: object whose declared names it must not spell
@@ -176,6 +198,10 @@ class Grammar {
   NodeId seq(std::vector<NodeId> parts);
   NodeId until(Symbol terminator, std::string_view forbid = "");
   NodeId repeat(NodeId item, NodeId separator, uint32_t min, uint32_t max);
+  // A JSON string whose decoded text `dfa` accepts. It is written with the short escapes
+  // (\" \\ \/ \b \f \n \r \t) where it needs them, never \uXXXX; kNoNode when no such string
+  // exists.
+  NodeId pattern_string(const ByteDfa& dfa);
   // A node whose definition comes later (for recursive schemas): an anyOf to be filled.
   NodeId placeholder();
   void define(NodeId placeholder, NodeId target);
@@ -192,6 +218,12 @@ class Grammar {
   const SymbolTrie& trie(uint32_t i) const { return tries_[i]; }
   const ObjectShape& shape(uint32_t i) const { return shapes_[i]; }
   const BytePattern& pattern(uint32_t i) const { return patterns_[i]; }
+  const ByteDfa& dfa(uint32_t i) const { return dfas_[i]; }
+  // Fewest symbols that end a pattern string from automaton state `state`, its closing quote
+  // included (kNever for kDead).
+  uint64_t dfa_rest(uint32_t i, uint32_t state) const {
+    return state == ByteDfa::kDead ? kNever : dfa_rest_[i][state];
+  }
   const std::vector<std::string>& specials() const { return specials_; }
   uint32_t min_frames(NodeId id) const { return min_frames_[id]; }
   // Fewest symbols of a text of the node (kNever: none is finite).
@@ -216,6 +248,8 @@ class Grammar {
   std::vector<SymbolTrie> tries_;
   std::vector<ObjectShape> shapes_;
   std::vector<BytePattern> patterns_;
+  std::vector<ByteDfa> dfas_;
+  std::vector<std::vector<uint64_t>> dfa_rest_;
   std::vector<std::string> specials_;
   std::vector<uint32_t> min_frames_;
   std::vector<uint64_t> min_symbols_;

@@ -73,6 +73,8 @@ enum NumPhase : uint32_t { kNStart, kNMinus, kNZero, kNInt, kNDot, kNFrac, kNE, 
 enum ArrPhase : uint32_t { kAOpen, kAFirst, kAAfter, kAComma, kADone };
 enum ObjPhase : uint32_t { kOOpen, kOFirst, kOKey, kOColon, kOValue, kOAfter, kOSep, kODone };
 enum RepPhase : uint32_t { kRWant, kRAfter, kRSep };
+// pattern string: state = phase, aux = automaton state
+enum PatPhase : uint32_t { kPOpen, kPBody, kPEscape, kPDone };
 
 // Length counters stop at the largest value any check looks at, so texts that differ only in
 // an unbounded length share states.
@@ -166,6 +168,7 @@ class Walker {
         return t.terminal(f.state) && !t.has_children(f.state);
       }
       case NodeKind::kString: return kStrPhase.get(f.state) == kSDone;
+      case NodeKind::kPattern: return f.state == kPDone;
       case NodeKind::kRawText:
       case NodeKind::kUntil: return kRawDone.get(f.state) != 0;
       case NodeKind::kNumber: {
@@ -241,6 +244,18 @@ class Walker {
         }
         return add_sat(esc + 1, need > 0 ? need - 1 : 0);
       }
+      case NodeKind::kPattern:
+        switch (f.state) {
+          case kPOpen: return g_.min_symbols(f.node);
+          case kPBody: return g_.dfa_rest(n.index, f.aux);
+          case kPEscape: {
+            uint64_t best = kNever;
+            for (Symbol letter : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
+              best = std::min(best, add_sat(1, g_.dfa_rest(n.index, escaped_state(n, f.aux, letter))));
+            return best;
+          }
+          default: return 0;
+        }
       case NodeKind::kRawText: {
         const uint32_t held = kRawHeld.get(f.state);
         if (held == 1) return need == 0 ? 2 : add_sat(need, 2);   // "/" + terminator, or "<" was text
@@ -409,6 +424,7 @@ class Walker {
         return emit(std::move(st));
       }
       case NodeKind::kString: return consume_string(std::move(st), s, n);
+      case NodeKind::kPattern: return consume_pattern(std::move(st), s, n);
       case NodeKind::kRawText: return consume_raw(std::move(st), s, n);
       case NodeKind::kUntil: {
         if (s == n.terminator) {
@@ -452,6 +468,57 @@ class Walker {
         return;
       }
       case NodeKind::kAnyOf: return;
+    }
+  }
+
+  // The automaton's state after the escape \<letter> (kDead: no such escape, or the byte it
+  // writes does not fit).
+  uint32_t escaped_state(const Node& n, uint32_t state, Symbol letter) const {
+    const int byte = short_escape(letter);
+    return byte < 0 ? ByteDfa::kDead : g_.dfa(n.index).step(state, static_cast<uint8_t>(byte));
+  }
+
+  // A string read through its automaton: raw bytes other than '"', '\\' and control bytes
+  // step it, a short escape steps it with the byte it writes, the closing quote needs an
+  // accepting state. The automaton is trimmed, so each live state still finishes.
+  void consume_pattern(Stack st, Symbol s, const Node& n) {
+    Frame& f = st.back();
+    const ByteDfa& d = g_.dfa(n.index);
+    if (s >= 256) return;
+    switch (f.state) {
+      case kPOpen:
+        if (s != '"') return;
+        f.state = kPBody;
+        f.aux = d.start;
+        return emit(std::move(st));
+      case kPBody: {
+        if (s == '"') {
+          if (!d.accepts(f.aux)) return;
+          f.state = kPDone;
+          return emit(std::move(st));
+        }
+        if (s == '\\') {
+          bool any = false;
+          for (Symbol letter : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
+            any = any || escaped_state(n, f.aux, letter) != ByteDfa::kDead;
+          if (!any) return;
+          f.state = kPEscape;
+          return emit(std::move(st));
+        }
+        if (s < 0x20) return;
+        const uint32_t next = d.step(f.aux, static_cast<uint8_t>(s));
+        if (next == ByteDfa::kDead) return;
+        f.aux = next;
+        return emit(std::move(st));
+      }
+      case kPEscape: {
+        const uint32_t next = escaped_state(n, f.aux, s);
+        if (next == ByteDfa::kDead) return;
+        f.state = kPBody;
+        f.aux = next;
+        return emit(std::move(st));
+      }
+      default: return;
     }
   }
 

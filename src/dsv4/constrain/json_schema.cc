@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -29,7 +30,7 @@ const std::set<std::string, std::less<>>& supported() {
   static const std::set<std::string, std::less<>> keys = {
       "type",     "properties", "required", "additionalProperties", "items",     "minItems",   "maxItems",
       "minLength", "maxLength", "enum",     "const",                "anyOf",     "$ref",       "$defs",
-      "definitions", "uniqueItems", "$id"};
+      "definitions", "uniqueItems", "$id", "pattern", "format"};
   return keys;
 }
 
@@ -37,7 +38,7 @@ const std::set<std::string, std::less<>>& supported() {
 // Every keyword in neither list is an annotation.
 const std::set<std::string, std::less<>>& unsupported_set() {
   static const std::set<std::string, std::less<>> keys = {
-      "pattern",          "format",           "minimum",          "maximum",         "exclusiveMinimum",
+      "minimum",          "maximum",         "exclusiveMinimum",
       "exclusiveMaximum", "multipleOf",       "oneOf",            "allOf",           "not",
       "if",               "then",             "else",             "dependencies",    "dependentRequired",
       "dependentSchemas", "patternProperties", "propertyNames",   "minProperties",   "maxProperties",
@@ -290,7 +291,7 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
   }
 
   if (s.contains("enum") || s.contains("const")) {
-    alone(s.contains("enum") ? "enum" : "const", {"type", "enum", "const"});
+    alone(s.contains("enum") ? "enum" : "const", {"type", "enum", "const", "pattern", "format", "minLength", "maxLength"});
     return compile_literal(d, s, types);
   }
 
@@ -303,7 +304,8 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     };
     if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
     if (has({"items", "minItems", "maxItems"})) types.push_back("array");
-    if (has({"minLength", "maxLength"})) types.push_back("string");
+    if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && known_format(s["format"].get<std::string>())))
+      types.push_back("string");
     if (types.empty()) return any_value(d.safe);
   }
   const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
@@ -327,6 +329,8 @@ void SchemaCompiler::check_keyword(Doc& d, const Json& s, const std::string& key
     return unsupported(d, key, fmt::format("unsupported JSON Schema keyword \"{}\"", key));
   if (key == "$id" && depth > 0) return unsupported(d, key, "\"$id\" is only supported at the root");
   const Json& value = s[key];
+  if (key == "pattern" && !value.is_string()) d.error(key, "\"pattern\" must be a string");
+  if (key == "format" && !value.is_string()) d.error(key, "\"format\" must be a string");
   if (key == "uniqueItems" && !(value.is_boolean() && !value.get<bool>()))
     unsupported(d, key, "unsupported JSON Schema keyword \"uniqueItems\" (only false is supported)");
 }
@@ -396,12 +400,21 @@ NodeId SchemaCompiler::compile_literal(Doc& d, const Json& s, const std::vector<
   std::vector<std::vector<Symbol>> strings;
   std::vector<std::string> texts;
   std::set<std::string> seen;
+  // String keywords beside the values drop the strings that break them.
+  const auto [min_chars, max_chars] = string_lengths(d, s);
+  const std::optional<ByteDfa> text = text_automaton(d, s);
+  auto string_fits = [&](const std::string& str) {
+    uint64_t chars = 0;
+    for (char c : str) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    return chars >= min_chars && chars <= max_chars && (!text || full_match(*text, str));
+  };
   for (const Json& v : values) {
     if (!types.empty()) {
       bool ok = false;
       for (const std::string& t : types) ok = ok || value_has_type(v, t);
       if (!ok) continue;
     }
+    if (v.is_string() && !string_fits(v.get<std::string>())) continue;
     std::string text = v.dump(-1, ' ', d.safe, Json::error_handler_t::strict);
     if (!seen.insert(text).second) continue;
     if (++enum_values_ > limits_.max_enum_values)
@@ -521,7 +534,7 @@ NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
   return g_.array(item, lo, hi);
 }
 
-NodeId SchemaCompiler::compile_string(Doc& d, const Json& s) {
+std::pair<uint32_t, uint32_t> SchemaCompiler::string_lengths(Doc& d, const Json& s) {
   auto bound = [&](const char* key, uint32_t fallback) {
     if (!s.contains(key)) return fallback;
     const Json& v = s[key];
@@ -531,7 +544,76 @@ NodeId SchemaCompiler::compile_string(Doc& d, const Json& s) {
   };
   const uint32_t lo = bound("minLength", 0), hi = bound("maxLength", kUnbounded);
   if (lo > hi) d.error("minLength", "\"minLength\" is larger than \"maxLength\": no string can satisfy both");
-  return g_.string(lo, hi, forbid(d.safe));
+  return {lo, hi};
+}
+
+// What one request may still build, all its patterns together (each is bounded by itself too).
+uint32_t SchemaCompiler::automaton_budget(Doc& d, const char* keyword) const {
+  if (automaton_states_ >= limits_.max_automaton_states)
+    d.error(keyword, fmt::format("the schema's patterns and formats are too large together (more than {} automaton states)",
+                                 limits_.max_automaton_states));
+  return static_cast<uint32_t>(std::min<uint64_t>(kMaxDfaStates, limits_.max_automaton_states - automaton_states_));
+}
+
+std::optional<ByteDfa> SchemaCompiler::text_automaton(Doc& d, const Json& s) {
+  auto budget = [&](const char* keyword) { return automaton_budget(d, keyword); };
+  auto spend = [&](const std::optional<ByteDfa>& a) {
+    if (a) automaton_states_ += a->size();
+  };
+  std::optional<ByteDfa> dfa;
+  if (s.contains("pattern")) {
+    const std::string pattern = s["pattern"].get<std::string>();
+    try {
+      dfa = regex_dfa(pattern, budget("pattern"));
+      spend(dfa);
+    } catch (const SchemaError&) {
+      throw;
+    } catch (const Error& e) {
+      unsupported(d, "pattern", fmt::format("\"pattern\" {}: {}", Json(pattern).dump(), e.what()));
+    }
+  }
+  if (s.contains("format") && known_format(s["format"].get<std::string>())) {
+    const std::string format = s["format"].get<std::string>();
+    ByteDfa f = format_dfa(format);
+    if (dfa) {
+      try {
+        dfa = intersect(*dfa, f, budget("format"));
+        spend(dfa);
+      } catch (const Error& e) {
+        unsupported(d, "format", e.what());
+        return dfa;
+      }
+      if (dfa->start == ByteDfa::kDead) d.error("format", fmt::format("no {} string matches \"pattern\"", format));
+    } else {
+      dfa = std::move(f);
+    }
+  }
+  return dfa;
+}
+
+NodeId SchemaCompiler::compile_string(Doc& d, const Json& s) {
+  const auto [lo, hi] = string_lengths(d, s);
+  std::optional<ByteDfa> dfa = text_automaton(d, s);
+  if (!dfa) return g_.string(lo, hi, forbid(d.safe));
+  // Pattern and format: one automaton, the lengths and (inside DSML) the marker folded in.
+  ByteDfa text = *dfa;
+  const std::string keyword = s.contains("pattern") ? "pattern" : "format";
+  if (lo > 0 || hi != kUnbounded) {
+    try {
+      text = bound_length(text, lo, hi, automaton_budget(d, "maxLength"));
+      automaton_states_ += text.size();
+    } catch (const Error& e) {
+      unsupported(d, s.contains("maxLength") ? "maxLength" : "minLength", e.what());
+    }
+    if (text.start == ByteDfa::kDead)
+      d.error(keyword, fmt::format("no string matching \"{}\" has between {} and {} characters", keyword, lo,
+                                   hi == kUnbounded ? std::string("any number of") : std::to_string(hi)));
+  }
+  if (d.safe) text = excluding(text, dsml_marker());
+  const NodeId node = g_.pattern_string(text);
+  if (node == kNoNode)
+    d.error(keyword, fmt::format("no string matching \"{}\" can be written without \\u escapes", keyword));
+  return node;
 }
 
 }  // namespace dsv4::constrain

@@ -5,15 +5,18 @@
 //   object        properties (written in the schema's order), required, additionalProperties
 //                 (false; true / absent / a schema: other keys after the declared ones)
 //   array         items (a schema or a boolean), minItems, maxItems
-//   string        minLength, maxLength (code points)
-//   any type      enum, const (with type: values of other types are dropped), anyOf,
+//   string        minLength, maxLength (code points), pattern (ECMA-262, regex.h), format
+//                 (date-time, date, time, duration, email, hostname, ipv4, ipv6, uri,
+//                 uri-reference, uuid; other formats are annotations)
+//   any type      enum, const (with type: values of other types are dropped; with string
+//                 keywords: the strings that break them), anyOf,
 //                 $ref to "#" or any JSON pointer in the same document ("#/$defs/…",
 //                 "#/definitions/…"), $defs / definitions
 //   ignored       every keyword that is not an assertion or applicator of JSON Schema: the
 //                 annotations (title, description, default, examples, $comment, readOnly, …),
 //                 vendor keywords (x-*, markdownDescription, id, …) and misspellings, as the
 //                 specification says a validator must; also uniqueItems: false, $id at the root
-//   unsupported   the assertions and applicators it cannot enforce (pattern, format, minimum,
+//   unsupported   the assertions and applicators it cannot enforce (minimum,
 //                 oneOf, allOf, not, patternProperties, …; unsupported_keywords()): refused
 //                 naming keyword and path, or, when the schema is not strict, dropped and
 //                 listed in dropped()
@@ -31,6 +34,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +76,7 @@ struct SchemaLimits {
   size_t max_literal_bytes = 128 << 10;  // their JSON text, together
   size_t max_alternatives = 256;     // per anyOf
   size_t max_depth = 64;             // nesting of the schema document
+  uint32_t max_automaton_states = 1u << 18;  // pattern/format automata built, together
 };
 
 // Whether `keyword` is an assertion or applicator of JSON Schema (one the compiler enforces or
@@ -113,6 +118,11 @@ class SchemaCompiler {
   NodeId compile_object(Doc& d, const Json& s, size_t depth);
   NodeId compile_array(Doc& d, const Json& s, size_t depth);
   NodeId compile_string(Doc& d, const Json& s);
+  std::pair<uint32_t, uint32_t> string_lengths(Doc& d, const Json& s);
+  // The automaton of a string schema's pattern and known format, intersected (nullopt: it has
+  // neither, or what it has was dropped as not strict).
+  std::optional<ByteDfa> text_automaton(Doc& d, const Json& s);
+  uint32_t automaton_budget(Doc& d, const char* keyword) const;
   void check_budget(Doc& d, const std::string& keyword);
   void check_keyword(Doc& d, const Json& s, const std::string& key, size_t depth);
   void unsupported(Doc& d, const std::string& keyword, const std::string& why);
@@ -126,6 +136,7 @@ class SchemaCompiler {
   NodeId any_[2] = {kNoNode, kNoNode};
   NodeId any_object_[2] = {kNoNode, kNoNode};
   size_t enum_values_ = 0, literal_bytes_ = 0;
+  uint64_t automaton_states_ = 0;
   std::vector<SchemaError> dropped_;
 };
 
