@@ -150,8 +150,10 @@ const char* kWalkSchemas[] = {
     R"({"type": "object"})",
     R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
         "when": {"type": "string", "format": "date-time"}, "ip": {"type": "string", "format": "ipv6"},
-        "tag": {"type": "string", "pattern": "^[a-z\"\\\\/]+$", "maxLength": 5}, "mail": {"type": "string", "format": "email"}},
-        "required": ["id", "when", "ip", "tag"], "additionalProperties": false})",
+        "tag": {"type": "string", "pattern": "^[a-z\"\\\\/]+$", "maxLength": 5}, "mail": {"type": "string", "format": "email"},
+        "n": {"type": "integer", "minimum": 5, "maximum": 1200}, "x": {"type": "number", "exclusiveMinimum": 0, "maximum": 2}},
+        "required": ["id", "when", "ip", "tag", "n", "x"], "additionalProperties": false})",
+    R"({"type": "array", "items": {"type": "integer", "minimum": -20, "exclusiveMaximum": 7}, "maxItems": 4})",
 };
 
 TEST(ConstrainBudget, CountIsAPathFromEveryStateOfRandomWalks) {

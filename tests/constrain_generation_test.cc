@@ -60,8 +60,9 @@ const SchemaCase kCases[] = {
     {"patterns", R"({"type": "object", "properties": {
         "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}, "day": {"type": "string", "format": "date"},
         "id": {"type": "string", "format": "uuid"}, "ip": {"type": "string", "format": "ipv4"},
-        "word": {"type": "string", "pattern": "^(?:[a-z]+|\"[^\"]*\")$", "maxLength": 6}, "count": {"type": "integer", "format": "int32"}},
-        "required": ["code", "day", "id", "ip", "word", "count"], "additionalProperties": false})"},
+        "word": {"type": "string", "pattern": "^(?:[a-z]+|\"[^\"]*\")$", "maxLength": 6}, "count": {"type": "integer", "format": "int32", "minimum": -3, "maximum": 250},
+        "ratio": {"type": "number", "minimum": 0, "maximum": 1}, "temp": {"type": "number", "exclusiveMinimum": -10, "exclusiveMaximum": 40}},
+        "required": ["code", "day", "id", "ip", "word", "count", "ratio", "temp"], "additionalProperties": false})"},
     {"formats", R"({"type": "object", "properties": {
         "at": {"type": "string", "format": "date-time"}, "v6": {"type": "string", "format": "ipv6"},
         "host": {"type": "string", "format": "hostname", "maxLength": 20}, "link": {"type": "string", "format": "uri"},

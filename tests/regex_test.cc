@@ -164,3 +164,24 @@ TEST(Regex, Products) {
 
 }  // namespace
 }  // namespace dsv4::constrain
+
+namespace dsv4::constrain {
+namespace {
+
+TEST(Regex, IntegerRangesMatchExactlyTheirIntegers) {
+  std::mt19937_64 rng(3);
+  const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {0, 0}, {0, 9}, {1, 150}, {7, 7}, {10, 99}, {19, 2021}, {0, 999999999999999}, {123456, 987654321}, {99, 100}};
+  for (const auto& [lo, hi] : ranges) {
+    SCOPED_TRACE(std::to_string(lo) + ".." + std::to_string(hi));
+    const ByteDfa d = regex_dfa("^(?:" + integer_range_pattern(lo, hi) + ")$");
+    std::vector<uint64_t> probes = {lo, hi, lo + 1, hi + 1, lo > 0 ? lo - 1 : 0, hi > 0 ? hi - 1 : 0, 0, 1, 10, 100};
+    for (int i = 0; i < 300; ++i) probes.push_back(rng() % (hi + 2 + hi / 2));
+    for (uint64_t v : probes) EXPECT_EQ(full_match(d, std::to_string(v)), v >= lo && v <= hi) << v;
+    EXPECT_FALSE(full_match(d, "0" + std::to_string(lo)));  // no leading zeros
+    EXPECT_FALSE(full_match(d, "-" + std::to_string(lo)));
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::constrain

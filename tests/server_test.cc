@@ -212,7 +212,7 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
   EXPECT_FALSE(ok.headers.count("X-DSV4-Schema-Warnings"));
 
   const Json asserted = Json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}},
-      "n": {"type": "integer", "minimum": 0}}, "required": ["a", "n"], "additionalProperties": false})");
+      "n": {"type": "integer", "multipleOf": 2}}, "required": ["a", "n"], "additionalProperties": false})");
   body["response_format"]["json_schema"]["schema"] = asserted;
   Reply refused = post(s, "/v1/chat/completions", body);
   ASSERT_EQ(refused.status, 400) << refused.body;
@@ -227,7 +227,7 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
     ASSERT_TRUE(lenient.headers.count("X-DSV4-Schema-Warnings"));
     EXPECT_EQ(lenient.headers.find("X-DSV4-Schema-Warnings")->second,
               "dropped unsupported keywords: response_format.json_schema.schema.properties.a.not; "
-              "response_format.json_schema.schema.properties.n.minimum");
+              "response_format.json_schema.schema.properties.n.multipleOf");
   }
 
   Json tool_call = user_chat("Call it", 200);
@@ -239,7 +239,7 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
   tool_call["tools"][0]["function"]["strict"] = false;
   Reply tool_ok = post(s, "/v1/chat/completions", tool_call);
   ASSERT_EQ(tool_ok.status, 200) << tool_ok.body;
-  EXPECT_NE(tool_ok.headers.find("X-DSV4-Schema-Warnings")->second.find("tools[0].function.parameters.properties.n.minimum"),
+  EXPECT_NE(tool_ok.headers.find("X-DSV4-Schema-Warnings")->second.find("tools[0].function.parameters.properties.n.multipleOf"),
             std::string::npos);
 
   Json message = {{"model", "tiny-a"}, {"max_tokens", 200}, {"messages", Json::array({{{"role", "user"}, {"content", "Call"}}})},

@@ -285,10 +285,10 @@ test("schemas outside the subset are 400s naming the keyword's path", async () =
       model: "tiny-a",
       messages: [{ role: "user", content: "hi" }],
       tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {
-        n: { type: "integer", minimum: 3 } } } } }],
+        n: { type: "integer", multipleOf: 3 } } } } }],
       tool_choice: "required",
     }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === "tools[0].function.parameters.properties.n.minimum");
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tools[0].function.parameters.properties.n.multipleOf");
   // A hostile schema (a $ref cycle) is refused at once, and the server keeps serving.
   await assert.rejects(
     client.chat.completions.create({

@@ -261,7 +261,7 @@ NodeId Grammar::repeat(NodeId item, NodeId separator, uint32_t min, uint32_t max
   return add(std::move(n));
 }
 
-NodeId Grammar::pattern_string(const ByteDfa& dfa) {
+NodeId Grammar::pattern_node(const ByteDfa& dfa, bool bare) {
   ByteDfa d = writable_in_json(dfa);
   if (d.start == ByteDfa::kDead) return kNoNode;
   // Fewest symbols to the closing quote from each state: shortest paths over the reversed
@@ -297,6 +297,7 @@ NodeId Grammar::pattern_string(const ByteDfa& dfa) {
   dfa_rest_.push_back(std::move(rest));
   Node node;
   node.kind = NodeKind::kPattern;
+  node.bare = bare;
   node.index = static_cast<uint32_t>(dfas_.size() - 1);
   return add(std::move(node));
 }
@@ -426,7 +427,11 @@ void Grammar::compute_min_symbols() {
       switch (n.kind) {
         case NodeKind::kLiteral: v = tries_[n.index].shortest_below(0); break;
         case NodeKind::kString: v = add_sat(2, n.min); break;                // "…" of ASCII characters
-        case NodeKind::kPattern: v = add_sat(1, dfa_rest(n.index, dfas_[n.index].start)); break;
+        case NodeKind::kPattern: {
+          const uint64_t rest = dfa_rest(n.index, dfas_[n.index].start);  // from inside the quotes
+          v = n.bare ? rest - 1 : add_sat(1, rest);
+          break;
+        }
         case NodeKind::kRawText: v = add_sat(3, n.min); break;               // text, "</", terminator
         case NodeKind::kNumber: v = 1; break;                                 // 0
         case NodeKind::kUntil: v = 1; break;                                  // the terminator
@@ -494,10 +499,10 @@ void Grammar::compute_min_symbols() {
           break;
         }
         case NodeKind::kString:
-        case NodeKind::kPattern:
         case NodeKind::kRawText:
         case NodeKind::kUntil:
         case NodeKind::kArray: v = true; break;
+        case NodeKind::kPattern: v = !n.bare; break;  // a number may go on
         case NodeKind::kNumber: v = false; break;
         case NodeKind::kObject: v = shapes_[n.index].syntax == ObjectSyntax::kJson; break;
         case NodeKind::kRepeat: v = n.min == n.max && closes_[n.item]; break;

@@ -78,7 +78,8 @@ enum class NodeKind : uint8_t {
   kSeq,      // children one after another
   kUntil,    // free text ended by a special symbol (e.g. reasoning up to </think>)
   kRepeat,   // child (separator child)… between min and max times
-  kPattern,  // a JSON string whose text a byte automaton accepts (pattern, format, lengths)
+  kPattern,  // a JSON string whose text a byte automaton accepts (pattern, format, lengths), or
+             // bare: a number's text (numeric bounds)
 };
 
 // A set of symbol strings as a trie; node 0 is the root. Each terminal node carries the index
@@ -165,6 +166,7 @@ struct Node {
   uint32_t index = 0;                  // literal: trie; object: shape; pattern string: automaton
   bool integer = false;                // number: integers only
   bool no_escapes = false;             // string: a free object key (no backslash)
+  bool bare = false;                   // pattern: no quotes (a number's text)
   uint32_t exclude = SymbolTrie::kNone;  // string: object whose declared names it must not spell
   uint32_t pattern = 0;                // string/raw/until: forbidden byte pattern (0 = none)
   Symbol terminator = 0;               // raw text/until: the special symbol that ends it
@@ -201,7 +203,9 @@ class Grammar {
   // A JSON string whose decoded text `dfa` accepts. It is written with the short escapes
   // (\" \\ \/ \b \f \n \r \t) where it needs them, never \uXXXX; kNoNode when no such string
   // exists.
-  NodeId pattern_string(const ByteDfa& dfa);
+  NodeId pattern_string(const ByteDfa& dfa) { return pattern_node(dfa, false); }
+  // Unquoted text `dfa` accepts (a JSON number within bounds); kNoNode when none exists.
+  NodeId pattern_number(const ByteDfa& dfa) { return pattern_node(dfa, true); }
   // A node whose definition comes later (for recursive schemas): an anyOf to be filled.
   NodeId placeholder();
   void define(NodeId placeholder, NodeId target);
@@ -220,7 +224,7 @@ class Grammar {
   const BytePattern& pattern(uint32_t i) const { return patterns_[i]; }
   const ByteDfa& dfa(uint32_t i) const { return dfas_[i]; }
   // Fewest symbols that end a pattern string from automaton state `state`, its closing quote
-  // included (kNever for kDead).
+  // included (kNever for kDead); a bare one takes one less.
   uint64_t dfa_rest(uint32_t i, uint32_t state) const {
     return state == ByteDfa::kDead ? kNever : dfa_rest_[i][state];
   }
@@ -242,6 +246,7 @@ class Grammar {
 
  private:
   NodeId add(Node n);
+  NodeId pattern_node(const ByteDfa& dfa, bool bare);
   void compute_min_symbols();
   uint32_t add_pattern(std::string_view forbid);
   std::vector<Node> nodes_;

@@ -156,6 +156,7 @@ class Walker {
     const Node& n = g_.node(c);
     Frame f{c, 0, 0};
     if (n.kind == NodeKind::kObject && g_.shape(n.index).syntax == ObjectSyntax::kDsml) f.state = kObjPhase.set(0, kOFirst);
+    if (n.kind == NodeKind::kPattern && n.bare) f = Frame{c, kPBody, g_.dfa(n.index).start};
     return f;
   }
 
@@ -204,6 +205,7 @@ class Walker {
       }
       case NodeKind::kRepeat:
         return (f.state == kRAfter && f.aux >= n.min) || (f.state == kRWant && f.aux == 0 && n.min == 0);
+      case NodeKind::kPattern: return n.bare && g_.dfa(n.index).accepts(f.aux);  // never done: a number may go on
       default: break;
     }
     return false;
@@ -247,7 +249,7 @@ class Walker {
       case NodeKind::kPattern:
         switch (f.state) {
           case kPOpen: return g_.min_symbols(f.node);
-          case kPBody: return g_.dfa_rest(n.index, f.aux);
+          case kPBody: return g_.dfa_rest(n.index, f.aux) - (n.bare ? 1 : 0);
           case kPEscape: {
             uint64_t best = kNever;
             for (Symbol letter : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
@@ -485,6 +487,12 @@ class Walker {
     Frame& f = st.back();
     const ByteDfa& d = g_.dfa(n.index);
     if (s >= 256) return;
+    if (n.bare) {
+      const uint32_t next = d.step(f.aux, static_cast<uint8_t>(s));
+      if (next == ByteDfa::kDead) return;
+      f.aux = next;
+      return emit(std::move(st));
+    }
     switch (f.state) {
       case kPOpen:
         if (s != '"') return;

@@ -30,7 +30,8 @@ const std::set<std::string, std::less<>>& supported() {
   static const std::set<std::string, std::less<>> keys = {
       "type",     "properties", "required", "additionalProperties", "items",     "minItems",   "maxItems",
       "minLength", "maxLength", "enum",     "const",                "anyOf",     "$ref",       "$defs",
-      "definitions", "uniqueItems", "$id", "pattern", "format"};
+      "definitions", "uniqueItems", "$id", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+      "exclusiveMaximum"};
   return keys;
 }
 
@@ -38,8 +39,7 @@ const std::set<std::string, std::less<>>& supported() {
 // Every keyword in neither list is an annotation.
 const std::set<std::string, std::less<>>& unsupported_set() {
   static const std::set<std::string, std::less<>> keys = {
-      "minimum",          "maximum",         "exclusiveMinimum",
-      "exclusiveMaximum", "multipleOf",       "oneOf",            "allOf",           "not",
+      "multipleOf",       "oneOf",            "allOf",           "not",
       "if",               "then",             "else",             "dependencies",    "dependentRequired",
       "dependentSchemas", "patternProperties", "propertyNames",   "minProperties",   "maxProperties",
       "additionalItems",  "prefixItems",      "contains",         "minContains",     "maxContains",
@@ -304,6 +304,7 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     };
     if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
     if (has({"items", "minItems", "maxItems"})) types.push_back("array");
+    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
     if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && known_format(s["format"].get<std::string>())))
       types.push_back("string");
     if (types.empty()) return any_value(d.safe);
@@ -314,9 +315,9 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     if (t == "object") nodes.push_back(compile_object(d, s, depth));
     else if (t == "array") nodes.push_back(compile_array(d, s, depth));
     else if (t == "string") nodes.push_back(compile_string(d, s));
-    else if (t == "number") nodes.push_back(g_.number(false));
+    else if (t == "number") nodes.push_back(compile_number(d, s, false));
     else if (t == "integer") {
-      if (!has_number) nodes.push_back(g_.number(true));  // a number node already covers integers
+      if (!has_number) nodes.push_back(compile_number(d, s, true));  // a number node already covers integers
     } else if (t == "boolean") nodes.push_back(g_.literal({g_.symbols("true"), g_.symbols("false")}, {"true", "false"}));
     else nodes.push_back(g_.literal({g_.symbols("null")}, {"null"}));
   }
@@ -532,6 +533,104 @@ NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
   }
   --d.containers;
   return g_.array(item, lo, hi);
+}
+
+namespace {
+
+// The magnitudes m (texts I or I.F) with A <= m (A < m when `a_open`) and m <= B (m < B when
+// `b_open`; no B: up to the largest generated integer part, any fraction). Whole A and B.
+std::string magnitude_pattern(uint64_t a, bool a_open, std::optional<uint64_t> b, bool b_open, bool integer,
+                              uint64_t cap) {
+  const std::string any_fraction = integer ? "" : "(?:\\.\\d+)?", zero_fraction = integer ? "" : "(?:\\.0+)?";
+  if (integer) {  // whole bounds, inclusive
+    const uint64_t lo = a + (a_open ? 1 : 0);
+    const uint64_t hi = b ? *b - (b_open ? 1 : 0) : cap;
+    if ((b && b_open && *b == 0) || lo > hi) return "";
+    return "(?:" + integer_range_pattern(lo, hi) + ")";
+  }
+  if (b && (*b < a || (*b == a && (a_open || b_open)))) return "";
+  if (b && *b == a) return std::to_string(a) + zero_fraction;
+  std::vector<std::string> alts;
+  alts.push_back(std::to_string(a) + (a_open ? "\\.\\d*[1-9]\\d*" : any_fraction));  // integer part A
+  const uint64_t top = b ? *b - 1 : cap;
+  if (a + 1 <= top) alts.push_back("(?:" + integer_range_pattern(a + 1, top) + ")" + any_fraction);
+  if (b && !b_open) alts.push_back(std::to_string(*b) + zero_fraction);  // integer part B: B itself only
+  std::string out;
+  for (const std::string& alt : alts) out += (out.empty() ? "" : "|") + alt;
+  return "(?:" + out + ")";
+}
+
+}  // namespace
+
+// minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft-4 booleans or 2020-12
+// numbers): the number's text as an automaton over sign, integer part and fraction (no
+// exponent). Integers take any bounds; numbers whole-number bounds.
+NodeId SchemaCompiler::compile_number(Doc& d, const Json& s, bool integer) {
+  struct Bound {
+    bool set = false;
+    double value = 0;
+    bool open = false;  // exclusive
+    const char* keyword = "";
+  } lo, hi;
+  auto number = [&](const char* key) {
+    const Json& v = s[key];
+    if (!v.is_number()) d.error(key, fmt::format("\"{}\" must be a number", key));
+    return v.get<double>();
+  };
+  if (s.contains("minimum")) lo = {true, number("minimum"), false, "minimum"};
+  if (s.contains("maximum")) hi = {true, number("maximum"), false, "maximum"};
+  for (const char* key : {"exclusiveMinimum", "exclusiveMaximum"}) {
+    if (!s.contains(key)) continue;
+    Bound& b = std::string_view(key) == "exclusiveMinimum" ? lo : hi;
+    const Json& v = s[key];
+    if (v.is_boolean()) {  // draft 4: makes minimum / maximum exclusive
+      if (v.get<bool>() && b.set) b.open = true;
+      continue;
+    }
+    const double x = number(key);
+    const bool tighter = !b.set || (&b == &lo ? x >= b.value : x <= b.value);
+    if (tighter) b = {true, x, true, key};
+  }
+  if (!lo.set && !hi.set) return g_.number(integer);
+  constexpr double kCap = 999999999999999.0;  // the largest integer part generated (15 digits)
+  if (!integer) {
+    for (Bound* b : {&lo, &hi})
+      if (b->set && std::floor(b->value) != b->value) {
+        unsupported(d, b->keyword, fmt::format("\"{}\": {} on a number: only whole-number bounds are supported", b->keyword, b->value));
+        b->set = false;
+      }
+  } else {  // whole bounds, inclusive
+    if (lo.set) lo = {true, lo.open ? std::floor(lo.value) + 1 : std::ceil(lo.value), false, lo.keyword};
+    if (hi.set) hi = {true, hi.open ? std::ceil(hi.value) - 1 : std::floor(hi.value), false, hi.keyword};
+  }
+  if (!lo.set && !hi.set) return g_.number(integer);
+  if ((lo.set && lo.value > kCap) || (hi.set && hi.value < -kCap))
+    d.error(lo.set && lo.value > kCap ? lo.keyword : hi.keyword, "the bound is beyond the 15-digit numbers generated");
+  if (lo.set && lo.value < -kCap) lo.set = false;
+  if (hi.set && hi.value > kCap) hi.set = false;
+  const uint64_t cap = static_cast<uint64_t>(kCap);
+  std::string alts;
+  // Zero and above.
+  if (!hi.set || hi.value > 0 || (hi.value == 0 && !hi.open)) {
+    const bool from_lo = lo.set && lo.value >= 0;
+    const std::string p = magnitude_pattern(from_lo ? uint64_t(lo.value) : 0, from_lo && lo.open,
+                                            hi.set ? std::optional<uint64_t>(uint64_t(hi.value)) : std::nullopt,
+                                            hi.set && hi.open, integer, cap);
+    alts += p;
+  }
+  // Below zero: "-" and a magnitude above 0 (or above -maximum).
+  if (!lo.set || lo.value < 0) {
+    const bool from_hi = hi.set && hi.value < 0;
+    const std::string p = magnitude_pattern(from_hi ? uint64_t(-hi.value) : 0, from_hi ? hi.open : true,
+                                            lo.set ? std::optional<uint64_t>(uint64_t(-lo.value)) : std::nullopt,
+                                            lo.set && lo.open, integer, cap);
+    if (!p.empty()) alts += (alts.empty() ? "-" : "|-") + p;
+  }
+  if (alts.empty())
+    d.error(lo.set ? lo.keyword : hi.keyword, fmt::format("no {} satisfies both bounds", integer ? "integer" : "number"));
+  const NodeId node = g_.pattern_number(regex_dfa("^(?:" + alts + ")$", automaton_budget(d, lo.set ? lo.keyword : hi.keyword)));
+  automaton_states_ += g_.dfa(g_.node(node).index).size();
+  return node;
 }
 
 std::pair<uint32_t, uint32_t> SchemaCompiler::string_lengths(Doc& d, const Json& s) {

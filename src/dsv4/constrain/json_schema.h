@@ -5,6 +5,8 @@
 //   object        properties (written in the schema's order), required, additionalProperties
 //                 (false; true / absent / a schema: other keys after the declared ones)
 //   array         items (a schema or a boolean), minItems, maxItems
+//   number        minimum, maximum, exclusiveMinimum, exclusiveMaximum (draft-4 booleans or
+//                 2020-12 numbers; numbers: whole-number bounds; written without exponent)
 //   string        minLength, maxLength (code points), pattern (ECMA-262, regex.h), format
 //                 (date-time, date, time, duration, email, hostname, ipv4, ipv6, uri,
 //                 uri-reference, uuid; other formats are annotations)
@@ -118,6 +120,7 @@ class SchemaCompiler {
   NodeId compile_object(Doc& d, const Json& s, size_t depth);
   NodeId compile_array(Doc& d, const Json& s, size_t depth);
   NodeId compile_string(Doc& d, const Json& s);
+  NodeId compile_number(Doc& d, const Json& s, bool integer);
   std::pair<uint32_t, uint32_t> string_lengths(Doc& d, const Json& s);
   // The automaton of a string schema's pattern and known format, intersected (nullopt: it has
   // neither, or what it has was dropped as not strict).

@@ -752,6 +752,51 @@ ByteDfa writable_in_json(const ByteDfa& a) {
       [&](uint64_t s) { return a.accept[s] != 0; }, "the pattern");
 }
 
+std::string integer_range_pattern(uint64_t lo, uint64_t hi) {
+  // Cut lo..hi where the digit count changes or a run of trailing digits can be free: each
+  // piece then has lo and hi of one length that differ in a prefix, one digit range, and
+  // trailing digits that run 0-9.
+  std::vector<uint64_t> stops = {hi};
+  auto pow10 = [](int k) {
+    uint64_t p = 1;
+    for (int i = 0; i < k; ++i) p *= 10;
+    return p;
+  };
+  for (int k = 1; k <= 19; ++k) {  // lo with its last k digits made nines
+    const uint64_t p = pow10(k);
+    const uint64_t stop = lo / p * p + (p - 1);
+    if (stop >= hi || stop < lo) break;
+    stops.push_back(stop);
+  }
+  for (int k = 1; k <= 19; ++k) {  // hi + 1 with its last k digits made zeros, minus one
+    const uint64_t p = pow10(k);
+    if (hi + 1 < p) break;
+    const uint64_t stop = (hi + 1) / p * p - 1;
+    if (stop <= lo || stop > hi) continue;
+    stops.push_back(stop);
+  }
+  std::sort(stops.begin(), stops.end());
+  stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
+  std::string out;
+  uint64_t start = lo;
+  for (uint64_t stop : stops) {
+    if (stop < start) continue;
+    const std::string a = std::to_string(start), b = std::to_string(stop);
+    std::string piece;
+    int free_digits = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] == b[i]) piece += a[i];
+      else if (a[i] != '0' || b[i] != '9') piece += fmt::format("[{}-{}]", a[i], b[i]);
+      else ++free_digits;
+    }
+    if (free_digits > 0) piece += fmt::format("\\d{{{}}}", free_digits);
+    if (!out.empty()) out += '|';
+    out += piece;
+    start = stop + 1;
+  }
+  return out;
+}
+
 bool full_match(const ByteDfa& a, std::string_view text) {
   uint32_t s = a.start;
   for (char c : text) {

@@ -62,6 +62,9 @@ ByteDfa excluding(const ByteDfa& a, std::string_view forbidden);
 // Only what a generated JSON string can hold without \u escapes: valid UTF-8, no control bytes
 // other than those with a short escape (\b \f \n \r \t).
 ByteDfa writable_in_json(const ByteDfa& a);
+// A pattern (no anchors) for the decimal integers lo..hi, written without leading zeros
+// (0 <= lo <= hi): alternatives of digit classes, as in "1[0-9]|[2-9][0-9]|1[0-4][0-9]|150".
+std::string integer_range_pattern(uint64_t lo, uint64_t hi);
 // Whether `a` accepts exactly `text` (tests).
 bool full_match(const ByteDfa& a, std::string_view text);
 
