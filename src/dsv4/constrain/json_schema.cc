@@ -673,7 +673,7 @@ std::optional<ByteDfa> SchemaCompiler::text_automaton(Doc& d, const Json& s) {
   }
   if (s.contains("format") && known_format(s["format"].get<std::string>())) {
     const std::string format = s["format"].get<std::string>();
-    ByteDfa f = format_dfa(format);
+    const ByteDfa& f = format_dfa(format);
     if (dfa) {
       try {
         dfa = intersect(*dfa, f, budget("format"));
@@ -684,7 +684,7 @@ std::optional<ByteDfa> SchemaCompiler::text_automaton(Doc& d, const Json& s) {
       }
       if (dfa->start == ByteDfa::kDead) d.error("format", fmt::format("no {} string matches \"pattern\"", format));
     } else {
-      dfa = std::move(f);
+      dfa = f;
     }
   }
   return dfa;

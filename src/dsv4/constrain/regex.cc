@@ -714,6 +714,11 @@ ByteDfa bound_length(const ByteDfa& a, uint32_t min_chars, uint32_t max_chars, u
 
 ByteDfa excluding(const ByteDfa& a, std::string_view forbidden) {
   if (forbidden.empty() || a.start == ByteDfa::kDead) return a;
+  // Nothing to do when no state reads the forbidden text's first byte.
+  bool reads_first = false;
+  for (uint32_t s = 0; s < a.size() && !reads_first; ++s)
+    reads_first = a.step(s, static_cast<uint8_t>(forbidden[0])) != ByteDfa::kDead;
+  if (!reads_first) return a;
   // The forbidden text's matching automaton (KMP): progress 0..m-1, m = found.
   const uint32_t m = static_cast<uint32_t>(forbidden.size());
   auto next = [&](uint32_t progress, uint8_t byte) {
@@ -855,16 +860,29 @@ std::string format_pattern(std::string_view format) {
   return "";
 }
 
+constexpr std::array<std::string_view, 11> kFormats = {"date-time", "date", "time", "duration", "email", "hostname",
+                                                       "ipv4", "ipv6", "uri", "uri-reference", "uuid"};
+
 }  // namespace
 
-bool known_format(std::string_view format) { return !format_pattern(format).empty(); }
+bool known_format(std::string_view format) {
+  return std::find(kFormats.begin(), kFormats.end(), format) != kFormats.end();
+}
 
-ByteDfa format_dfa(std::string_view format) {
-  const std::string p = format_pattern(format);
-  if (p.empty()) fail("unknown format \"{}\"", format);
-  ByteDfa d = regex_dfa("^(?:" + p + ")$");
-  if (format == "hostname") d = bound_length(d, 1, 253);  // RFC 1123: at most 253 characters in all
-  return d;
+const ByteDfa& format_dfa(std::string_view format) {
+  // Built once per process (hostname's 253-character bound alone is ~28k states, ~20 ms), then
+  // only read.
+  static const std::array<ByteDfa, kFormats.size()> automata = [] {
+    std::array<ByteDfa, kFormats.size()> out;
+    for (size_t i = 0; i < kFormats.size(); ++i) {
+      out[i] = regex_dfa("^(?:" + format_pattern(kFormats[i]) + ")$");
+      if (kFormats[i] == "hostname") out[i] = bound_length(out[i], 1, 253);  // RFC 1123: 253 characters in all
+    }
+    return out;
+  }();
+  const auto it = std::find(kFormats.begin(), kFormats.end(), format);
+  if (it == kFormats.end()) fail("unknown format \"{}\"", format);
+  return automata[size_t(it - kFormats.begin())];
 }
 
 }  // namespace dsv4::constrain

@@ -52,7 +52,7 @@ ByteDfa regex_dfa(std::string_view pattern, uint32_t max_states = kMaxDfaStates)
 // The formats with a definition here (date-time, date, time, duration, email, hostname, ipv4,
 // ipv6, uri, uri-reference, uuid); others are annotations.
 bool known_format(std::string_view format);
-ByteDfa format_dfa(std::string_view format);
+const ByteDfa& format_dfa(std::string_view format);
 // Texts both accept.
 ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, uint32_t max_states = kMaxDfaStates);
 // Texts `a` accepts with between min and max code points (max UINT32_MAX: no upper bound).
