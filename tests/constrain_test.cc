@@ -182,6 +182,43 @@ TEST(JsonSchema, NumericBounds) {
   EXPECT_EQ(refusal(R"({"type": "integer", "minimum": "1"})").keyword(), "minimum");
 }
 
+// oneOf is generated as alternatives where that is exact: no value generated from one
+// alternative can match another (types, constants, a discriminating property, through $refs).
+TEST(JsonSchema, OneOfWhereExactlyOneHolds) {
+  const Grammar pets = content_grammar(R"({"$defs": {
+      "cat": {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}}, "required": ["kind"]},
+      "dog": {"type": "object", "properties": {"kind": {"enum": ["dog", "puppy"]}, "good": {"type": "boolean"}}, "required": ["kind"]}},
+      "oneOf": [{"$ref": "#/$defs/cat"}, {"$ref": "#/$defs/dog"}, {"type": "null"}]})");
+  EXPECT_TRUE(accepts(pets, R"({"kind":"cat","lives":9})"));
+  EXPECT_TRUE(accepts(pets, R"({"kind":"puppy"})"));
+  EXPECT_TRUE(accepts(pets, "null"));
+  EXPECT_FALSE(accepts(pets, R"({"kind":"cow"})"));
+  const Grammar scalars = content_grammar(R"({"oneOf": [{"type": "string"}, {"type": "integer"}, {"enum": [true, null]}]})");
+  EXPECT_TRUE(accepts(scalars, "12"));
+  EXPECT_TRUE(accepts(scalars, "true"));
+  EXPECT_FALSE(accepts(scalars, "false"));
+  // Alternatives that may both match, or oneOf beside other keywords: refused naming oneOf.
+  for (const char* schema : {R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})",
+                             R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})",
+                             R"({"oneOf": [{"type": "object"}, {"required": ["a"]}]})",
+                             R"({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]})",
+                             R"({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})"}) {
+    SchemaError e = refusal(schema);
+    EXPECT_EQ(e.keyword(), "oneOf") << schema << ": " << e.what();
+    EXPECT_EQ(e.param(), "schema.oneOf") << schema;
+  }
+  // Not strict: the overlapping ones are alternatives, and say so.
+  const Json loose = Json::parse(R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})");
+  AnswerFormat f;
+  f.content_schema = &loose;
+  f.content_where = "schema";
+  f.content_strict = false;
+  std::vector<std::string> dropped;
+  const Grammar g = build_answer_grammar(f, {}, &dropped);
+  EXPECT_EQ(dropped, std::vector<std::string>{"schema.oneOf"});
+  EXPECT_TRUE(accepts(g, R"("abcdef")"));
+}
+
 TEST(JsonSchema, Numbers) {
   const Grammar g = content_grammar(R"({"type": "number"})");
   for (const char* ok : {"0", "-0", "12", "1.5e+10", "1E5", "-3.25e-2", "0.0", "123456789012345", "1.5e99"})

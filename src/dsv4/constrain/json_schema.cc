@@ -30,7 +30,7 @@ const std::set<std::string, std::less<>>& supported() {
   static const std::set<std::string, std::less<>> keys = {
       "type",     "properties", "required", "additionalProperties", "items",     "minItems",   "maxItems",
       "minLength", "maxLength", "enum",     "const",                "anyOf",     "$ref",       "$defs",
-      "definitions", "uniqueItems", "$id", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+      "definitions", "uniqueItems", "$id", "pattern", "format", "oneOf", "minimum", "maximum", "exclusiveMinimum",
       "exclusiveMaximum"};
   return keys;
 }
@@ -39,7 +39,7 @@ const std::set<std::string, std::less<>>& supported() {
 // Every keyword in neither list is an annotation.
 const std::set<std::string, std::less<>>& unsupported_set() {
   static const std::set<std::string, std::less<>> keys = {
-      "multipleOf",       "oneOf",            "allOf",           "not",
+      "multipleOf",       "allOf",           "not",
       "if",               "then",             "else",             "dependencies",    "dependentRequired",
       "dependentSchemas", "patternProperties", "propertyNames",   "minProperties",   "maxProperties",
       "additionalItems",  "prefixItems",      "contains",         "minContains",     "maxContains",
@@ -95,6 +95,111 @@ std::string percent_decode(const std::string& s) {
     }
   }
   return out;
+}
+
+// ---- oneOf: whether exactly one alternative matching can be taken for granted ------------
+
+// The schema a chain of local $refs leads to (bounded; a ref it cannot follow stays).
+const Json& follow_refs(const Json& root, const Json& s) {
+  const Json* at = &s;
+  for (int hop = 0; hop < 16 && at->is_object() && at->contains("$ref") && (*at)["$ref"].is_string(); ++hop) {
+    const std::string r = (*at)["$ref"].get<std::string>();
+    if (r.empty() || r[0] != '#') break;
+    try {
+      const Json::json_pointer p(percent_decode(r.substr(1)));
+      if (!root.contains(p)) break;
+      at = &root.at(p);
+    } catch (const Json::exception&) {
+      break;
+    }
+  }
+  return *at;
+}
+
+// The values an enum / const allows (nullopt: it lists none).
+std::optional<std::vector<Json>> listed_values(const Json& s) {
+  if (!s.is_object() || !(s.contains("enum") || s.contains("const"))) return std::nullopt;
+  std::vector<Json> out;
+  if (s.contains("enum") && s["enum"].is_array()) out.assign(s["enum"].begin(), s["enum"].end());
+  if (s.contains("const")) {
+    if (s.contains("enum")) std::erase_if(out, [&](const Json& v) { return v != s["const"]; });
+    else out = {s["const"]};
+  }
+  return out;
+}
+
+// The types a schema admits: as a validator reads it, or as the compiler generates from it
+// (which also reads the types other keywords imply).
+std::set<std::string> admitted_types(const Json& s, bool generated) {
+  const std::set<std::string> all(type_names().begin(), type_names().end());
+  if (!s.is_object()) return all;
+  if (const auto values = listed_values(s)) {
+    std::set<std::string> out;
+    for (const Json& v : *values)
+      for (const std::string& t : type_names())
+        if (value_has_type(v, t)) out.insert(t);
+    return out;
+  }
+  if (s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf") || s.contains("$ref")) return all;
+  if (s.contains("type")) {
+    std::set<std::string> out;
+    if (s["type"].is_string()) out.insert(s["type"].get<std::string>());
+    else if (s["type"].is_array())
+      for (const Json& t : s["type"])
+        if (t.is_string()) out.insert(t.get<std::string>());
+    return out;
+  }
+  if (!generated) return all;
+  std::set<std::string> out;
+  auto has = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (s.contains(k)) return true;
+    return false;
+  };
+  if (has({"properties", "required", "additionalProperties"})) out.insert("object");
+  if (has({"items", "minItems", "maxItems"})) out.insert("array");
+  if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && s["format"].is_string() &&
+                                                     known_format(s["format"].get<std::string>())))
+    out.insert("string");
+  if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) out.insert("number");
+  return out.empty() ? all : out;
+}
+
+bool types_overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
+  for (const std::string& t : a)
+    for (const std::string& u : b)
+      if (t == u || (t == "integer" && u == "number") || (t == "number" && u == "integer")) return true;
+  return false;
+}
+
+bool values_disjoint(const std::vector<Json>& a, const std::vector<Json>& b) {
+  for (const Json& v : a)
+    if (std::find(b.begin(), b.end(), v) != b.end()) return false;
+  return true;
+}
+
+// Whether every value the compiler generates from `a` fails `b`: their types cannot meet, their
+// listed values differ, or a property `a` requires has constants `b` does not allow.
+bool fails_other(const Json& root, const Json& a_in, const Json& b_in) {
+  const Json& a = follow_refs(root, a_in);
+  const Json& b = follow_refs(root, b_in);
+  if (b.is_boolean()) return !b.get<bool>();
+  if (a.is_boolean()) return !a.get<bool>();
+  if (!types_overlap(admitted_types(a, true), admitted_types(b, false))) return true;
+  const auto va = listed_values(a), vb = listed_values(b);
+  if (va && vb) return values_disjoint(*va, *vb);
+  if (!a.is_object() || !b.is_object() || !a.contains("required") || !a["required"].is_array() ||
+      !a.contains("properties") || !b.contains("properties") || !a["properties"].is_object() || !b["properties"].is_object())
+    return false;
+  for (const Json& name : a["required"]) {
+    if (!name.is_string()) continue;
+    const std::string key = name.get<std::string>();
+    if (!a["properties"].contains(key) || !b["properties"].contains(key)) continue;
+    const auto pa = listed_values(follow_refs(root, a["properties"][key]));
+    const auto pb = listed_values(follow_refs(root, b["properties"][key]));
+    if (pa && pb && values_disjoint(*pa, *pb)) return true;  // a discriminator
+  }
+  return false;
 }
 
 }  // namespace
@@ -265,6 +370,44 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
                                    limits_.max_alternatives));
     std::vector<NodeId> nodes;
     PathGuard guard(d.path, "anyOf");
+    for (size_t i = 0; i < alts.size(); ++i) {
+      PathGuard index(d.path, fmt::format("[{}]", i));
+      nodes.push_back(compile_schema(d, alts[i], depth + 1));
+    }
+    return g_.any_of(std::move(nodes));
+  }
+
+  // oneOf beside other enforced keywords would be an intersection: refused (not strict: the
+  // oneOf is dropped and the rest holds).
+  std::string beside_one_of;
+  if (s.contains("oneOf"))
+    for (const auto& [key, value] : s.items())
+      if (key != "oneOf" && supported().count(key) && key != "$defs" && key != "definitions" && key != "$id" &&
+          key != "uniqueItems" && beside_one_of.empty())
+        beside_one_of = key;
+  if (!beside_one_of.empty())
+    unsupported(d, "oneOf", fmt::format("\"oneOf\" beside \"{}\" is not supported", beside_one_of));
+  if (s.contains("oneOf") && beside_one_of.empty()) {
+    const Json& alts = s["oneOf"];
+    if (!alts.is_array() || alts.empty()) d.error("oneOf", "\"oneOf\" must be a non-empty array");
+    if (alts.size() > limits_.max_alternatives)
+      d.error("oneOf", fmt::format("\"oneOf\" has {} alternatives; at most {} are supported", alts.size(),
+                                   limits_.max_alternatives));
+    // Generated as alternatives, which is exact when no value generated from one can match
+    // another (different types, different constants, or a discriminating property).
+    for (size_t i = 0; i < alts.size(); ++i)
+      for (size_t j = i + 1; j < alts.size(); ++j)
+        if (!fails_other(d.root, alts[i], alts[j]) || !fails_other(d.root, alts[j], alts[i])) {
+          unsupported(d, "oneOf",
+                      fmt::format("\"oneOf\" alternatives {} and {} may both match one value, so \"exactly one\" "
+                                  "cannot be enforced (give them different types, or a required property with "
+                                  "different constants)",
+                                  i, j));
+          i = alts.size();
+          break;
+        }
+    std::vector<NodeId> nodes;
+    PathGuard guard(d.path, "oneOf");
     for (size_t i = 0; i < alts.size(); ++i) {
       PathGuard index(d.path, fmt::format("[{}]", i));
       nodes.push_back(compile_schema(d, alts[i], depth + 1));

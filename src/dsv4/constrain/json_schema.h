@@ -11,15 +11,16 @@
 //                 (date-time, date, time, duration, email, hostname, ipv4, ipv6, uri,
 //                 uri-reference, uuid; other formats are annotations)
 //   any type      enum, const (with type: values of other types are dropped; with string
-//                 keywords: the strings that break them), anyOf,
+//                 keywords: the strings that break them), anyOf, oneOf (where its alternatives
+//                 are told apart by type, constants or a discriminating property),
 //                 $ref to "#" or any JSON pointer in the same document ("#/$defs/…",
 //                 "#/definitions/…"), $defs / definitions
 //   ignored       every keyword that is not an assertion or applicator of JSON Schema: the
 //                 annotations (title, description, default, examples, $comment, readOnly, …),
 //                 vendor keywords (x-*, markdownDescription, id, …) and misspellings, as the
 //                 specification says a validator must; also uniqueItems: false, $id at the root
-//   unsupported   the assertions and applicators it cannot enforce (minimum,
-//                 oneOf, allOf, not, patternProperties, …; unsupported_keywords()): refused
+//   unsupported   the assertions and applicators it cannot enforce (multipleOf, allOf, not,
+//                 patternProperties, …; unsupported_keywords()): refused
 //                 naming keyword and path, or, when the schema is not strict, dropped and
 //                 listed in dropped()
 // Booleans as schemas: true = any value, false = none.
