@@ -211,8 +211,8 @@ TEST(Server, SchemaAnnotationsAndUnsupportedAssertions) {
   ASSERT_EQ(ok.status, 200) << ok.body;
   EXPECT_FALSE(ok.headers.count("X-DSV4-Schema-Warnings"));
 
-  const Json asserted = Json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}},
-      "n": {"type": "integer", "multipleOf": 2}}, "required": ["a", "n"], "additionalProperties": false})");
+  const Json asserted = Json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "x"}},
+      "n": {"type": "integer", "multipleOf": 0.5}}, "required": ["a", "n"], "additionalProperties": false})");
   body["response_format"]["json_schema"]["schema"] = asserted;
   Reply refused = post(s, "/v1/chat/completions", body);
   ASSERT_EQ(refused.status, 400) << refused.body;
@@ -478,7 +478,7 @@ TEST(Server, MessagesForcedToolUseFollowsTheInputSchemaAndNoneForbidsCalls) {
   EXPECT_EQ(refused.json["error"]["type"], "invalid_request_error");
   EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("stop_sequences"), std::string::npos) << refused.body;
   bad.erase("stop_sequences");
-  bad["tools"][0]["input_schema"]["properties"]["city"]["not"] = {{"const", "x"}};
+  bad["tools"][0]["input_schema"]["properties"]["city"]["not"] = {{"pattern", "x"}};
   refused = post(s, "/v1/messages", bad);
   EXPECT_EQ(refused.status, 400);
   EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("tools[0].input_schema.properties.city.not"),

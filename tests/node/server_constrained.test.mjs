@@ -240,10 +240,10 @@ test("Anthropic tool_choice any and tool always return tool_use blocks whose inp
   }
   await assert.rejects(
     anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 24, tool_choice: { type: "any" },
-      tools: [{ name: "f", input_schema: { type: "object", properties: { n: { type: "integer", minimum: 3 } } } }],
+      tools: [{ name: "f", input_schema: { type: "object", properties: { n: { type: "array", contains: { type: "integer" } } } } }],
       messages: [{ role: "user", content: "hi" }] }),
     (e) => e instanceof Anthropic.BadRequestError && e.error?.type === "error" &&
-      /tools\[0\]\.input_schema\.properties\.n\.minimum/.test(e.message));
+      /tools\[0\]\.input_schema\.properties\.n\.contains/.test(e.message));
 });
 
 test("max_tokens below the schema's shortest answer is a 400 naming it; at that minimum the answer is complete", async () => {
@@ -285,7 +285,7 @@ test("schemas outside the subset are 400s naming the keyword's path", async () =
       model: "tiny-a",
       messages: [{ role: "user", content: "hi" }],
       tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {
-        n: { type: "integer", multipleOf: 3 } } } } }],
+        n: { type: "integer", multipleOf: 0.5 } } } } }],
       tool_choice: "required",
     }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === "tools[0].function.parameters.properties.n.multipleOf");

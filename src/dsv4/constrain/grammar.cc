@@ -184,7 +184,7 @@ NodeId Grammar::array(NodeId item, uint32_t min_items, uint32_t max_items) {
 }
 
 NodeId Grammar::object(ObjectSyntax syntax, std::vector<Property> properties, NodeId additional,
-                       std::string_view forbid) {
+                       std::string_view forbid, const std::vector<std::string>& forbidden_names) {
   if (properties.size() > 4000) fail("constrain: too many properties in one object");
   if (syntax == ObjectSyntax::kDsml && additional != kNoNode) fail("constrain: DSML parameters have no free keys");
   ObjectShape sh;
@@ -205,6 +205,11 @@ NodeId Grammar::object(ObjectSyntax syntax, std::vector<Property> properties, No
     std::vector<Symbol> raw;
     for (char c : p.name) raw.push_back(static_cast<uint8_t>(c));
     sh.raw_names.insert(raw, i);
+  }
+  for (size_t k = 0; k < forbidden_names.size(); ++k) {
+    std::vector<Symbol> raw;
+    for (char c : forbidden_names[k]) raw.push_back(static_cast<uint8_t>(c));
+    sh.raw_names.insert(raw, n + static_cast<uint32_t>(k));
   }
   sh.keys.finish_build();
   sh.next_required.assign(n + 1, n);

@@ -194,8 +194,10 @@ class Grammar {
   NodeId array(NodeId item, uint32_t min_items, uint32_t max_items);
   // Properties are written in the given order; `additional` (JSON only) is the value node of
   // keys not declared (kNoNode: none allowed), which are spelled without escapes and must
-  // differ from every declared name; `forbid` applies to their text.
-  NodeId object(ObjectSyntax syntax, std::vector<Property> properties, NodeId additional, std::string_view forbid = "");
+  // differ from every declared name and from each of `forbidden_names`; `forbid` applies to
+  // their text.
+  NodeId object(ObjectSyntax syntax, std::vector<Property> properties, NodeId additional, std::string_view forbid = "",
+                const std::vector<std::string>& forbidden_names = {});
   NodeId any_of(std::vector<NodeId> alternatives);
   NodeId seq(std::vector<NodeId> parts);
   NodeId until(Symbol terminator, std::string_view forbid = "");

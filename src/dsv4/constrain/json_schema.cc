@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "dsv4/constrain/schema_algebra.h"
 #include "dsv4/text/chat_format.h"
 
 namespace dsv4::constrain {
@@ -31,7 +33,8 @@ const std::set<std::string, std::less<>>& supported() {
       "type",     "properties", "required", "additionalProperties", "items",     "minItems",   "maxItems",
       "minLength", "maxLength", "enum",     "const",                "anyOf",     "$ref",       "$defs",
       "definitions", "uniqueItems", "$id", "pattern", "format", "oneOf", "minimum", "maximum", "exclusiveMinimum",
-      "exclusiveMaximum"};
+      "exclusiveMaximum", "allOf", "unevaluatedProperties", "multipleOf", "prefixItems", "additionalItems", "not",
+      "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "minProperties", "maxProperties"};
   return keys;
 }
 
@@ -39,11 +42,9 @@ const std::set<std::string, std::less<>>& supported() {
 // Every keyword in neither list is an annotation.
 const std::set<std::string, std::less<>>& unsupported_set() {
   static const std::set<std::string, std::less<>> keys = {
-      "multipleOf",       "allOf",           "not",
-      "if",               "then",             "else",             "dependencies",    "dependentRequired",
-      "dependentSchemas", "patternProperties", "propertyNames",   "minProperties",   "maxProperties",
-      "additionalItems",  "prefixItems",      "contains",         "minContains",     "maxContains",
-      "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
+      "patternProperties", "propertyNames",
+      "contains",         "minContains",     "maxContains",
+      "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
   return keys;
 }
 
@@ -52,153 +53,6 @@ bool inert(const Json& s, std::string_view key) {
   if (key == "then" || key == "else") return !s.contains("if");
   if (key == "additionalItems") return !(s.contains("items") && s["items"].is_array());
   if (key == "minContains" || key == "maxContains") return !s.contains("contains");
-  return false;
-}
-
-const std::vector<std::string>& type_names() {
-  static const std::vector<std::string> names = {"object", "array", "string", "number", "integer", "boolean", "null"};
-  return names;
-}
-
-bool value_has_type(const Json& v, const std::string& t) {
-  if (t == "object") return v.is_object();
-  if (t == "array") return v.is_array();
-  if (t == "string") return v.is_string();
-  if (t == "number") return v.is_number();
-  if (t == "integer") {
-    if (v.is_number_integer()) return true;
-    if (v.is_number_float()) {
-      const double x = v.get<double>();
-      return std::isfinite(x) && std::floor(x) == x;
-    }
-    return false;
-  }
-  if (t == "boolean") return v.is_boolean();
-  if (t == "null") return v.is_null();
-  return false;
-}
-
-std::string percent_decode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    auto hex = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-// ---- oneOf: whether exactly one alternative matching can be taken for granted ------------
-
-// The schema a chain of local $refs leads to (bounded; a ref it cannot follow stays).
-const Json& follow_refs(const Json& root, const Json& s) {
-  const Json* at = &s;
-  for (int hop = 0; hop < 16 && at->is_object() && at->contains("$ref") && (*at)["$ref"].is_string(); ++hop) {
-    const std::string r = (*at)["$ref"].get<std::string>();
-    if (r.empty() || r[0] != '#') break;
-    try {
-      const Json::json_pointer p(percent_decode(r.substr(1)));
-      if (!root.contains(p)) break;
-      at = &root.at(p);
-    } catch (const Json::exception&) {
-      break;
-    }
-  }
-  return *at;
-}
-
-// The values an enum / const allows (nullopt: it lists none).
-std::optional<std::vector<Json>> listed_values(const Json& s) {
-  if (!s.is_object() || !(s.contains("enum") || s.contains("const"))) return std::nullopt;
-  std::vector<Json> out;
-  if (s.contains("enum") && s["enum"].is_array()) out.assign(s["enum"].begin(), s["enum"].end());
-  if (s.contains("const")) {
-    if (s.contains("enum")) std::erase_if(out, [&](const Json& v) { return v != s["const"]; });
-    else out = {s["const"]};
-  }
-  return out;
-}
-
-// The types a schema admits: as a validator reads it, or as the compiler generates from it
-// (which also reads the types other keywords imply).
-std::set<std::string> admitted_types(const Json& s, bool generated) {
-  const std::set<std::string> all(type_names().begin(), type_names().end());
-  if (!s.is_object()) return all;
-  if (const auto values = listed_values(s)) {
-    std::set<std::string> out;
-    for (const Json& v : *values)
-      for (const std::string& t : type_names())
-        if (value_has_type(v, t)) out.insert(t);
-    return out;
-  }
-  if (s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf") || s.contains("$ref")) return all;
-  if (s.contains("type")) {
-    std::set<std::string> out;
-    if (s["type"].is_string()) out.insert(s["type"].get<std::string>());
-    else if (s["type"].is_array())
-      for (const Json& t : s["type"])
-        if (t.is_string()) out.insert(t.get<std::string>());
-    return out;
-  }
-  if (!generated) return all;
-  std::set<std::string> out;
-  auto has = [&](std::initializer_list<const char*> keys) {
-    for (const char* k : keys)
-      if (s.contains(k)) return true;
-    return false;
-  };
-  if (has({"properties", "required", "additionalProperties"})) out.insert("object");
-  if (has({"items", "minItems", "maxItems"})) out.insert("array");
-  if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && s["format"].is_string() &&
-                                                     known_format(s["format"].get<std::string>())))
-    out.insert("string");
-  if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) out.insert("number");
-  return out.empty() ? all : out;
-}
-
-bool types_overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
-  for (const std::string& t : a)
-    for (const std::string& u : b)
-      if (t == u || (t == "integer" && u == "number") || (t == "number" && u == "integer")) return true;
-  return false;
-}
-
-bool values_disjoint(const std::vector<Json>& a, const std::vector<Json>& b) {
-  for (const Json& v : a)
-    if (std::find(b.begin(), b.end(), v) != b.end()) return false;
-  return true;
-}
-
-// Whether every value the compiler generates from `a` fails `b`: their types cannot meet, their
-// listed values differ, or a property `a` requires has constants `b` does not allow.
-bool fails_other(const Json& root, const Json& a_in, const Json& b_in) {
-  const Json& a = follow_refs(root, a_in);
-  const Json& b = follow_refs(root, b_in);
-  if (b.is_boolean()) return !b.get<bool>();
-  if (a.is_boolean()) return !a.get<bool>();
-  if (!types_overlap(admitted_types(a, true), admitted_types(b, false))) return true;
-  const auto va = listed_values(a), vb = listed_values(b);
-  if (va && vb) return values_disjoint(*va, *vb);
-  if (!a.is_object() || !b.is_object() || !a.contains("required") || !a["required"].is_array() ||
-      !a.contains("properties") || !b.contains("properties") || !a["properties"].is_object() || !b["properties"].is_object())
-    return false;
-  for (const Json& name : a["required"]) {
-    if (!name.is_string()) continue;
-    const std::string key = name.get<std::string>();
-    if (!a["properties"].contains(key) || !b["properties"].contains(key)) continue;
-    const auto pa = listed_values(follow_refs(root, a["properties"][key]));
-    const auto pb = listed_values(follow_refs(root, b["properties"][key]));
-    if (pa && pb && values_disjoint(*pa, *pb)) return true;  // a discriminator
-  }
   return false;
 }
 
@@ -303,6 +157,9 @@ void SchemaCompiler::check_budget(Doc& d, const std::string& keyword) {
 
 void SchemaCompiler::unsupported(bool strict, SchemaError e) {
   if (strict) throw e;
+  // One drop per place (alternatives rewritten from one schema compile its parts again).
+  for (const SchemaError& d : dropped_)
+    if (d.param() == e.param()) return;
   dropped_.push_back(std::move(e));
 }
 
@@ -356,6 +213,17 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
       if (!ok) unsupported(d, key, fmt::format("\"{}\" cannot be combined with \"{}\" here", key, keyword));
     }
   };
+
+  // allOf, unevaluatedProperties and applicators beside other keywords: rewritten as
+  // alternatives of plain schemas (schema_algebra.h). A trivial allOf (one part asserts, the
+  // rest and the holder only annotate: pydantic's field with a description) is its part, so a
+  // $ref in it stays a reference and recursion stays finite.
+  if (const Json* part = sole_part(s)) {
+    PathGuard guard(d.path, "allOf");
+    PathGuard index(d.path, fmt::format("[{}]", part - &s["allOf"][0]));
+    return compile_schema(d, *part, depth + 1);
+  }
+  if (needs_merge(s)) return compile_merged(d, s, depth);
 
   if (s.contains("$ref")) {
     alone("$ref", {});
@@ -433,9 +301,13 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     }
   }
 
+  // "not" of types and constants (others were rewritten, schema_algebra.h).
+  const Excluded ex = s.contains("not") ? excluded(d, s["not"]) : Excluded{};
+
   if (s.contains("enum") || s.contains("const")) {
-    alone(s.contains("enum") ? "enum" : "const", {"type", "enum", "const", "pattern", "format", "minLength", "maxLength"});
-    return compile_literal(d, s, types);
+    alone(s.contains("enum") ? "enum" : "const",
+          {"type", "enum", "const", "pattern", "format", "minLength", "maxLength", "not"});
+    return compile_literal(d, s, types, ex);
   }
 
   if (types.empty()) {
@@ -445,26 +317,67 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
         if (s.contains(k)) return true;
       return false;
     };
-    if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
-    if (has({"items", "minItems", "maxItems"})) types.push_back("array");
-    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
+    if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties"})) types.push_back("object");
+    if (has({"items", "minItems", "maxItems", "prefixItems"})) types.push_back("array");
+    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) types.push_back("number");
     if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && known_format(s["format"].get<std::string>())))
       types.push_back("string");
-    if (types.empty()) return any_value(d.safe);
+    if (types.empty() && ex.types.empty() && ex.values.empty()) return any_value(d.safe);
+    if (types.empty()) types = {"object", "array", "string", "number", "boolean", "null"};
   }
-  const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
+  auto listed = [](const std::vector<std::string>& list, const char* t) {
+    return std::find(list.begin(), list.end(), t) != list.end();
+  };
+  if (listed(ex.types, "integer") && listed(types, "number") && !listed(ex.types, "number"))
+    unsupported(d, "not", "\"not\" of integers among numbers is not supported");
+  std::erase_if(types, [&](const std::string& t) {
+    return listed(ex.types, t.c_str()) || (t == "integer" && listed(ex.types, "number"));
+  });
+  if (types.empty()) d.error("not", "\"not\" excludes every type the schema allows");
+  // The constants "not" excludes, by type.
+  std::vector<std::string> strings;
+  std::vector<Json> numbers;
+  bool no_true = false, no_false = false, no_null = false;
+  for (const Json& v : ex.values) {
+    if (v.is_string()) strings.push_back(v.get<std::string>());
+    else if (v.is_number()) numbers.push_back(v);
+    else if (v.is_boolean()) (v.get<bool>() ? no_true : no_false) = true;
+    else if (v.is_null()) no_null = true;
+    else if ((v.is_object() && listed(types, "object")) || (v.is_array() && listed(types, "array")))
+      unsupported(d, "not", "\"not\" of an object or array constant is not supported");
+  }
+  const bool has_number = listed(types, "number");
   std::vector<NodeId> nodes;
   for (const std::string& t : types) {
     if (t == "object") nodes.push_back(compile_object(d, s, depth));
     else if (t == "array") nodes.push_back(compile_array(d, s, depth));
-    else if (t == "string") nodes.push_back(compile_string(d, s));
-    else if (t == "number") nodes.push_back(compile_number(d, s, false));
+    else if (t == "string") nodes.push_back(compile_string(d, s, strings));
+    else if (t == "number") nodes.push_back(compile_number(d, s, false, numbers));
     else if (t == "integer") {
-      if (!has_number) nodes.push_back(compile_number(d, s, true));  // a number node already covers integers
-    } else if (t == "boolean") nodes.push_back(g_.literal({g_.symbols("true"), g_.symbols("false")}, {"true", "false"}));
-    else nodes.push_back(g_.literal({g_.symbols("null")}, {"null"}));
+      if (!has_number) nodes.push_back(compile_number(d, s, true, numbers));  // a number node already covers integers
+    } else if (t == "boolean") {
+      std::vector<std::vector<Symbol>> symbols;
+      std::vector<std::string> texts;
+      for (const char* b : {"true", "false"})
+        if (!(b[0] == 't' ? no_true : no_false)) symbols.push_back(g_.symbols(b)), texts.push_back(b);
+      if (!symbols.empty()) nodes.push_back(g_.literal(symbols, texts));
+    } else if (!no_null) {
+      nodes.push_back(g_.literal({g_.symbols("null")}, {"null"}));
+    }
   }
+  if (nodes.empty()) d.error("not", "\"not\" excludes every value the schema allows");
   return g_.any_of(std::move(nodes));
+}
+
+// The types and constants a simple "not" names.
+SchemaCompiler::Excluded SchemaCompiler::excluded(Doc& d, const Json& n) {
+  Excluded out;
+  if (!simple_exclusion(n)) {
+    unsupported(d, "not", "this \"not\" cannot be enforced");
+    return out;
+  }
+  collect_exclusion(n, out.types, out.values);
+  return out;
 }
 
 // Annotations pass; assertions this compiler cannot enforce are refused or dropped.
@@ -477,6 +390,23 @@ void SchemaCompiler::check_keyword(Doc& d, const Json& s, const std::string& key
   if (key == "format" && !value.is_string()) d.error(key, "\"format\" must be a string");
   if (key == "uniqueItems" && !(value.is_boolean() && !value.get<bool>()))
     unsupported(d, key, "unsupported JSON Schema keyword \"uniqueItems\" (only false is supported)");
+}
+
+NodeId SchemaCompiler::compile_merged(Doc& d, const Json& s, size_t depth) {
+  MergeContext c{d.root, [&](const std::string& keyword, const std::string& why) { unsupported(d, keyword, why); },
+                 [&](const std::string& keyword, const std::string& why) { d.error(keyword, why); },
+                 limits_.max_alternatives, merge_values_left_};
+  const std::vector<Json> alternatives = plain_alternatives(c, s);
+  merge_values_left_ = c.values_left;
+  if (alternatives.empty()) {
+    std::string keyword;
+    for (const char* k : {"allOf", "$ref", "anyOf", "oneOf", "not", "if", "dependentRequired", "dependentSchemas", "dependencies"})
+      if (keyword.empty() && s.contains(k)) keyword = k;
+    d.error(keyword, "no value satisfies every part of the schema (their types, constants or required names never meet)");
+  }
+  std::vector<NodeId> nodes;
+  for (const Json& alternative : alternatives) nodes.push_back(compile_schema(d, alternative, depth + 1));
+  return g_.any_of(std::move(nodes));
 }
 
 NodeId SchemaCompiler::compile_ref(Doc& d, const Json& s, size_t depth) {
@@ -522,7 +452,8 @@ NodeId SchemaCompiler::compile_ref(Doc& d, const Json& s, size_t depth) {
   return placeholder;
 }
 
-NodeId SchemaCompiler::compile_literal(Doc& d, const Json& s, const std::vector<std::string>& types) {
+NodeId SchemaCompiler::compile_literal(Doc& d, const Json& s, const std::vector<std::string>& types,
+                                       const Excluded& ex) {
   std::vector<Json> values;
   if (s.contains("enum")) {
     const Json& e = s["enum"];
@@ -559,6 +490,8 @@ NodeId SchemaCompiler::compile_literal(Doc& d, const Json& s, const std::vector<
       if (!ok) continue;
     }
     if (v.is_string() && !string_fits(v.get<std::string>())) continue;
+    if (std::find(ex.values.begin(), ex.values.end(), v) != ex.values.end()) continue;
+    if (std::any_of(ex.types.begin(), ex.types.end(), [&](const std::string& t) { return value_has_type(v, t); })) continue;
     std::string text = v.dump(-1, ' ', d.safe, Json::error_handler_t::strict);
     if (!seen.insert(text).second) continue;
     if (++enum_values_ > limits_.max_enum_values)
@@ -613,10 +546,17 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
   auto key_text = [&](const std::string& name) {
     return Json(name).dump(-1, ' ', d.safe, Json::error_handler_t::strict);
   };
+  std::vector<std::string> forbidden;  // properties whose schema is false
   if (props) {
     PathGuard guard(d.path, "properties");
     for (const auto& [name, schema] : props->items()) {
       PathGuard key(d.path, name);
+      if (schema == Json(false)) {
+        if (std::find(required.begin(), required.end(), name) != required.end())
+          d.error("", fmt::format("\"{}\" is required, but its schema is false", name));
+        forbidden.push_back(name);
+        continue;
+      }
       Property p;
       p.name = name;
       p.key = key_text(name);
@@ -640,8 +580,21 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
     properties.push_back(std::move(p));
   }
   --d.containers;
+  // minProperties / maxProperties where the shape already decides them.
+  auto count = [&](const char* key) -> std::optional<uint64_t> {
+    if (!s.contains(key)) return std::nullopt;
+    const Json& v = s[key];
+    if (!v.is_number_unsigned()) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    return v.get<uint64_t>();
+  };
+  if (const auto lo = count("minProperties"); lo && *lo > required.size())
+    unsupported(d, "minProperties", fmt::format("\"minProperties\": {} is more than the {} required properties; only "
+                                                "what \"required\" already ensures is supported", *lo, required.size()));
+  if (const auto hi = count("maxProperties"); hi && (additional != kNoNode || *hi < properties.size()))
+    unsupported(d, "maxProperties", fmt::format("\"maxProperties\": {} is supported only where \"additionalProperties\" "
+                                                "is false and at most that many properties are declared", *hi));
   check_budget(d, "properties");
-  return g_.object(ObjectSyntax::kJson, std::move(properties), additional, forbid(d.safe));
+  return g_.object(ObjectSyntax::kJson, std::move(properties), additional, forbid(d.safe), std::move(forbidden));
 }
 
 NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
@@ -655,27 +608,83 @@ NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
   };
   const uint32_t lo = bound("minItems", 0), hi = bound("maxItems", kUnbounded);
   if (lo > hi) d.error("minItems", "\"minItems\" is larger than \"maxItems\": no array can satisfy both");
+  // Tuples: prefixItems (2020-12) or items as a list (drafts 4 to 2019-09); the items after
+  // them follow items / additionalItems.
+  const char* prefix_key = nullptr;
+  const char* rest_key = "items";
+  if (s.contains("prefixItems")) {
+    prefix_key = "prefixItems";
+    if (!s["prefixItems"].is_array()) d.error("prefixItems", "\"prefixItems\" must be an array of schemas");
+    if (s.contains("items") && s["items"].is_array()) d.error("items", "\"items\" cannot be a list beside \"prefixItems\"");
+  } else if (s.contains("items") && s["items"].is_array()) {
+    prefix_key = "items";
+    rest_key = "additionalItems";
+  }
+  if (prefix_key && !s[prefix_key].empty()) return compile_tuple(d, s, prefix_key, rest_key, lo, hi, depth);
   NodeId item;
   ++d.containers;
-  if (s.contains("items")) {
-    const Json& it = s["items"];
-    if (it.is_array()) {
-      unsupported(d, "items", "\"items\" as a list (tuples) is not supported; use a single schema");
-      --d.containers;
-      return g_.array(any_value(d.safe), lo, hi);
-    }
+  if (s.contains(rest_key)) {
+    const Json& it = s[rest_key];
     if (it.is_boolean() && !it.get<bool>()) {
       --d.containers;
-      if (lo > 0) d.error("items", "\"items\" is false but \"minItems\" is above 0: no array can satisfy both");
+      if (lo > 0) d.error(rest_key, fmt::format("\"{}\" is false but \"minItems\" is above 0: no array can satisfy both", rest_key));
       return g_.literal({g_.symbols("[]")}, {"[]"});
     }
-    PathGuard guard(d.path, "items");
+    PathGuard guard(d.path, rest_key);
     item = compile_schema(d, it, depth + 1);
   } else {
     item = any_value(d.safe);
   }
   --d.containers;
   return g_.array(item, lo, hi);
+}
+
+// "[" p0 "," p1 … then the rest's items "," r … "]": every listed item is written (unless
+// maxItems stops it earlier), the rest as minItems / maxItems leave room. Separators are ","
+// or ", "; no other whitespace.
+NodeId SchemaCompiler::compile_tuple(Doc& d, const Json& s, const char* prefix_key, const char* rest_key, uint32_t lo,
+                                     uint32_t hi, size_t depth) {
+  const Json& prefix = s[prefix_key];
+  ++d.containers;
+  const NodeId sep = g_.literal({g_.symbols(","), g_.symbols(", ")}, {});
+  std::vector<NodeId> parts = {g_.literal_text("[")};
+  uint32_t written = 0;
+  {
+    PathGuard guard(d.path, prefix_key);
+    for (; written < prefix.size() && written < hi; ++written) {
+      PathGuard index(d.path, fmt::format("[{}]", written));
+      const Json& item = prefix[written];
+      if (item == Json(false)) {  // no array reaches this position
+        if (written < lo) d.error("", fmt::format("item {} is false but \"minItems\" is {}", written, lo));
+        hi = written;
+        break;
+      }
+      if (written > 0) parts.push_back(sep);
+      parts.push_back(compile_schema(d, item, depth + 1));
+    }
+  }
+  const bool all_listed = written == prefix.size();
+  uint32_t rest_min = lo > written ? lo - written : 0;
+  uint32_t rest_max = !all_listed ? 0 : hi == kUnbounded ? kUnbounded : hi - written;
+  const bool rest_false = s.contains(rest_key) && s[rest_key] == Json(false);
+  if (rest_false) rest_max = 0;
+  if (rest_min > rest_max)
+    d.error(rest_false ? rest_key : "minItems",
+            fmt::format("\"minItems\" is {}, but only {} items can be written", lo, written));
+  if (rest_max > 0) {
+    NodeId rest;
+    if (s.contains(rest_key)) {
+      PathGuard guard(d.path, rest_key);
+      rest = compile_schema(d, s[rest_key], depth + 1);
+    } else {
+      rest = any_value(d.safe);
+    }
+    parts.push_back(g_.repeat(g_.seq({sep, rest}), kNoNode, rest_min, rest_max));
+  }
+  parts.push_back(g_.literal_text("]"));
+  --d.containers;
+  check_budget(d, prefix_key);
+  return g_.seq(std::move(parts));
 }
 
 namespace {
@@ -708,7 +717,18 @@ std::string magnitude_pattern(uint64_t a, bool a_open, std::optional<uint64_t> b
 // minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft-4 booleans or 2020-12
 // numbers): the number's text as an automaton over sign, integer part and fraction (no
 // exponent). Integers take any bounds; numbers whole-number bounds.
-NodeId SchemaCompiler::compile_number(Doc& d, const Json& s, bool integer) {
+NodeId SchemaCompiler::compile_number(Doc& d, const Json& s, bool integer, const std::vector<Json>& excluded) {
+  // multipleOf k (a whole k): integers only, through an automaton of remainders.
+  uint64_t multiple = 1;
+  if (s.contains("multipleOf")) {
+    const Json& m = s["multipleOf"];
+    if (!m.is_number() || !(m.get<double>() > 0)) d.error("multipleOf", "\"multipleOf\" must be a number above 0");
+    const double k = m.get<double>();
+    if (std::floor(k) != k || k > 1e15)
+      unsupported(d, "multipleOf", fmt::format("\"multipleOf\": {}: only whole numbers up to 10^15 are supported", m.dump()));
+    else
+      multiple = static_cast<uint64_t>(k), integer = true;  // a number that is a multiple of k: an integer one
+  }
   struct Bound {
     bool set = false;
     double value = 0;
@@ -734,7 +754,7 @@ NodeId SchemaCompiler::compile_number(Doc& d, const Json& s, bool integer) {
     const bool tighter = !b.set || (&b == &lo ? x >= b.value : x <= b.value);
     if (tighter) b = {true, x, true, key};
   }
-  if (!lo.set && !hi.set) return g_.number(integer);
+  if (!lo.set && !hi.set) return bounded_number(d, std::nullopt, multiple, integer, excluded);
   constexpr double kCap = 999999999999999.0;  // the largest integer part generated (15 digits)
   if (!integer) {
     for (Bound* b : {&lo, &hi})
@@ -746,7 +766,7 @@ NodeId SchemaCompiler::compile_number(Doc& d, const Json& s, bool integer) {
     if (lo.set) lo = {true, lo.open ? std::floor(lo.value) + 1 : std::ceil(lo.value), false, lo.keyword};
     if (hi.set) hi = {true, hi.open ? std::ceil(hi.value) - 1 : std::floor(hi.value), false, hi.keyword};
   }
-  if (!lo.set && !hi.set) return g_.number(integer);
+  if (!lo.set && !hi.set) return bounded_number(d, std::nullopt, multiple, integer, excluded);
   if ((lo.set && lo.value > kCap) || (hi.set && hi.value < -kCap))
     d.error(lo.set && lo.value > kCap ? lo.keyword : hi.keyword, "the bound is beyond the 15-digit numbers generated");
   if (lo.set && lo.value < -kCap) lo.set = false;
@@ -771,9 +791,80 @@ NodeId SchemaCompiler::compile_number(Doc& d, const Json& s, bool integer) {
   }
   if (alts.empty())
     d.error(lo.set ? lo.keyword : hi.keyword, fmt::format("no {} satisfies both bounds", integer ? "integer" : "number"));
-  const NodeId node = g_.pattern_number(regex_dfa("^(?:" + alts + ")$", automaton_budget(d, lo.set ? lo.keyword : hi.keyword)));
-  automaton_states_ += g_.dfa(g_.node(node).index).size();
-  return node;
+  ByteDfa bounds = regex_dfa("^(?:" + alts + ")$", automaton_budget(d, lo.set ? lo.keyword : hi.keyword));
+  automaton_states_ += bounds.size();
+  return bounded_number(d, std::move(bounds), multiple, integer, excluded);
+}
+
+namespace {
+
+// The texts of the numbers `values` (with their trailing-zero and "-0" spellings), as a
+// pattern; empty when a value has an exponent or is outside what is generated.
+std::string number_texts(const std::vector<Json>& values, bool integer) {
+  std::string alts;
+  for (const Json& v : values) {
+    std::string t = v.dump();
+    if (t.find_first_of("eE") != std::string::npos) return "";
+    if (integer && t.find('.') != std::string::npos) {
+      const double x = v.get<double>();
+      if (std::floor(x) != x) continue;  // no integer has this value
+      t = t.substr(0, t.find('.'));
+    }
+    const bool zero = std::strtod(t.c_str(), nullptr) == 0;
+    if (zero) t = "-?" + (t[0] == '-' ? t.substr(1) : t);
+    std::string p;
+    for (char c : t) p += c == '.' ? std::string("\\.") : std::string(1, c);
+    if (!integer) p += t.find('.') == std::string::npos ? "(?:\\.0+)?" : "0*";
+    alts += (alts.empty() ? "" : "|") + p;
+  }
+  return alts.empty() ? "(?!)" : alts;
+}
+
+}  // namespace
+
+// A number node from its bounds' automaton, a multipleOf (1: none) and the values "not" excludes.
+NodeId SchemaCompiler::bounded_number(Doc& d, std::optional<ByteDfa> bounds, uint64_t multiple, bool integer,
+                                      const std::vector<Json>& excluded) {
+  if (multiple > 1) {
+    try {
+      ByteDfa multiples = multiples_dfa(multiple, kMaxIntDigits, automaton_budget(d, "multipleOf"));
+      automaton_states_ += multiples.size();
+      if (bounds) {
+        bounds = intersect(*bounds, multiples, automaton_budget(d, "multipleOf"));
+        automaton_states_ += bounds->size();
+      } else {
+        bounds = std::move(multiples);
+      }
+    } catch (const SchemaError&) {
+      throw;
+    } catch (const Error& e) {
+      unsupported(d, "multipleOf", e.what());
+      if (!bounds) return g_.number(true);
+    }
+    if (bounds->start == ByteDfa::kDead)
+      d.error("multipleOf", fmt::format("no integer within the bounds is a multiple of {}", multiple));
+  }
+  if (!excluded.empty()) {
+    const std::string texts = number_texts(excluded, integer || multiple > 1);
+    if (texts.empty()) {
+      unsupported(d, "not", "\"not\" of a number written with an exponent is not supported");
+    } else if (texts != "(?!)") {
+      try {
+        // Without an exponent, a number has one spelling up to trailing zeros.
+        if (!bounds)
+          bounds = regex_dfa(integer ? "^-?(?:0|[1-9]\\d{0,14})$" : "^-?(?:0|[1-9]\\d{0,14})(?:\\.\\d{1,15})?$");
+        bounds = subtract(*bounds, regex_dfa("^(?:" + texts + ")$"), automaton_budget(d, "not"));
+        automaton_states_ += bounds->size();
+      } catch (const SchemaError&) {
+        throw;
+      } catch (const Error& e) {
+        unsupported(d, "not", e.what());
+      }
+      if (bounds && bounds->start == ByteDfa::kDead) d.error("not", "\"not\" excludes every number the schema allows");
+    }
+  }
+  if (!bounds) return g_.number(integer);
+  return g_.pattern_number(*bounds);
 }
 
 std::pair<uint32_t, uint32_t> SchemaCompiler::string_lengths(Doc& d, const Json& s) {
@@ -833,13 +924,25 @@ std::optional<ByteDfa> SchemaCompiler::text_automaton(Doc& d, const Json& s) {
   return dfa;
 }
 
-NodeId SchemaCompiler::compile_string(Doc& d, const Json& s) {
+NodeId SchemaCompiler::compile_string(Doc& d, const Json& s, const std::vector<std::string>& excluded) {
   const auto [lo, hi] = string_lengths(d, s);
   std::optional<ByteDfa> dfa = text_automaton(d, s);
+  if (!excluded.empty()) {
+    try {
+      const ByteDfa any = dfa ? *dfa : regex_dfa("");
+      dfa = subtract(any, literal_set_dfa(excluded), automaton_budget(d, "not"));
+      automaton_states_ += dfa->size();
+    } catch (const SchemaError&) {
+      throw;
+    } catch (const Error& e) {
+      unsupported(d, "not", e.what());
+    }
+    if (dfa && dfa->start == ByteDfa::kDead) d.error("not", "\"not\" excludes every string the schema allows");
+  }
   if (!dfa) return g_.string(lo, hi, forbid(d.safe));
   // Pattern and format: one automaton, the lengths and (inside DSML) the marker folded in.
   ByteDfa text = *dfa;
-  const std::string keyword = s.contains("pattern") ? "pattern" : "format";
+  const std::string keyword = s.contains("pattern") ? "pattern" : s.contains("format") ? "format" : "not";
   if (lo > 0 || hi != kUnbounded) {
     try {
       text = bound_length(text, lo, hi, automaton_budget(d, "maxLength"));

@@ -1,28 +1,33 @@
-// JSON Schema -> grammar nodes (grammar.h). The supported subset, everything else refused with
-// the keyword and where it is:
+// JSON Schema -> grammar nodes (grammar.h). The supported subset (docs/constrained-decoding.md
+// has the details), everything else refused with the keyword and where it is:
 //   type          object, array, string, number, integer, boolean, null, or a list of them
 //                 (without type: the types the other keywords imply, or any value)
-//   object        properties (written in the schema's order), required, additionalProperties
-//                 (false; true / absent / a schema: other keys after the declared ones)
-//   array         items (a schema or a boolean), minItems, maxItems
+//   object        properties (written in the schema's order; false forbids a name), required,
+//                 additionalProperties (false; true / absent / a schema: other keys after the
+//                 declared ones), minProperties / maxProperties where the shape decides them
+//   array         items (a schema or a boolean), minItems, maxItems; tuples: prefixItems with
+//                 items, or items as a list with additionalItems
 //   number        minimum, maximum, exclusiveMinimum, exclusiveMaximum (draft-4 booleans or
-//                 2020-12 numbers; numbers: whole-number bounds; written without exponent)
+//                 2020-12 numbers; numbers: whole-number bounds; written without exponent),
+//                 multipleOf (a whole number: integers through an automaton of remainders)
 //   string        minLength, maxLength (code points), pattern (ECMA-262, regex.h), format
 //                 (date-time, date, time, duration, email, hostname, ipv4, ipv6, uri,
 //                 uri-reference, uuid; other formats are annotations)
 //   any type      enum, const (with type: values of other types are dropped; with string
-//                 keywords: the strings that break them), anyOf, oneOf (where its alternatives
-//                 are told apart by type, constants or a discriminating property),
-//                 $ref to "#" or any JSON pointer in the same document ("#/$defs/…",
-//                 "#/definitions/…"), $defs / definitions
+//                 keywords or not: the strings that break them), not of types and constants,
+//                 anyOf, oneOf (where its alternatives are told apart by type, constants or a
+//                 discriminating property), $ref to "#" or any JSON pointer in the same
+//                 document ("#/$defs/…", "#/definitions/…"), $defs / definitions
+//   rewritten     allOf (merged), applicators beside other keywords, other nots (De Morgan),
+//                 if/then/else, dependentRequired / dependentSchemas / dependencies,
+//                 unevaluatedProperties: as alternatives of plain schemas (schema_algebra.h)
 //   ignored       every keyword that is not an assertion or applicator of JSON Schema: the
 //                 annotations (title, description, default, examples, $comment, readOnly, …),
 //                 vendor keywords (x-*, markdownDescription, id, …) and misspellings, as the
 //                 specification says a validator must; also uniqueItems: false, $id at the root
-//   unsupported   the assertions and applicators it cannot enforce (multipleOf, allOf, not,
-//                 patternProperties, …; unsupported_keywords()): refused
-//                 naming keyword and path, or, when the schema is not strict, dropped and
-//                 listed in dropped()
+//   unsupported   the assertions and applicators it cannot enforce (patternProperties,
+//                 propertyNames, contains, …; unsupported_keywords()): refused naming keyword
+//                 and path, or, when the schema is not strict, dropped and listed in dropped()
 // Booleans as schemas: true = any value, false = none.
 //
 // What is generated is always valid for the schema, though not every valid text can be
@@ -117,11 +122,22 @@ class SchemaCompiler {
   struct Doc;
   NodeId compile_schema(Doc& d, const Json& s, size_t depth);
   NodeId compile_ref(Doc& d, const Json& s, size_t depth);
-  NodeId compile_literal(Doc& d, const Json& s, const std::vector<std::string>& types);
+  NodeId compile_merged(Doc& d, const Json& s, size_t depth);
+  // What a simple "not" excludes: types and constants.
+  struct Excluded {
+    std::vector<std::string> types;
+    std::vector<Json> values;
+  };
+  Excluded excluded(Doc& d, const Json& n);
+  NodeId compile_literal(Doc& d, const Json& s, const std::vector<std::string>& types, const Excluded& ex);
   NodeId compile_object(Doc& d, const Json& s, size_t depth);
   NodeId compile_array(Doc& d, const Json& s, size_t depth);
-  NodeId compile_string(Doc& d, const Json& s);
-  NodeId compile_number(Doc& d, const Json& s, bool integer);
+  NodeId compile_tuple(Doc& d, const Json& s, const char* prefix_key, const char* rest_key, uint32_t lo, uint32_t hi,
+                       size_t depth);
+  NodeId compile_string(Doc& d, const Json& s, const std::vector<std::string>& excluded);
+  NodeId compile_number(Doc& d, const Json& s, bool integer, const std::vector<Json>& excluded);
+  NodeId bounded_number(Doc& d, std::optional<ByteDfa> bounds, uint64_t multiple, bool integer,
+                        const std::vector<Json>& excluded);
   std::pair<uint32_t, uint32_t> string_lengths(Doc& d, const Json& s);
   // The automaton of a string schema's pattern and known format, intersected (nullopt: it has
   // neither, or what it has was dropped as not strict).
@@ -141,6 +157,7 @@ class SchemaCompiler {
   NodeId any_object_[2] = {kNoNode, kNoNode};
   size_t enum_values_ = 0, literal_bytes_ = 0;
   uint64_t automaton_states_ = 0;
+  size_t merge_values_left_ = size_t{1} << 18;  // JSON values allOf rewriting may copy, per request
   std::vector<SchemaError> dropped_;
 };
 

@@ -693,6 +693,53 @@ ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, uint32_t max_states) {
       [&](uint64_t s) { return a.accept[s >> 32] && b.accept[uint32_t(s)]; }, "the pattern with the format", max_states);
 }
 
+ByteDfa subtract(const ByteDfa& a, const ByteDfa& b, uint32_t max_states) {
+  if (a.start == ByteDfa::kDead || b.start == ByteDfa::kDead) return a;
+  // b's side may die (then the text is surely not b's); a's may not.
+  constexpr uint32_t kGone = ByteDfa::kDead;
+  auto pack = [](uint32_t x, uint32_t y) { return x == ByteDfa::kDead ? ~uint64_t{0} : (uint64_t{x} << 32) | y; };
+  return product(
+      a, [&](uint8_t byte) { return b.byte_class[byte]; }, pack(a.start, b.start),
+      [&](uint64_t s, uint8_t byte) {
+        const uint32_t y = uint32_t(s);
+        return pack(a.step(uint32_t(s >> 32), byte), y == kGone ? kGone : b.step(y, byte));
+      },
+      [&](uint64_t s) { return a.accept[s >> 32] && !(uint32_t(s) != kGone && b.accept[uint32_t(s)]); },
+      "the values \"not\" excludes", max_states);
+}
+
+ByteDfa literal_set_dfa(const std::vector<std::string>& texts) {
+  // A trie; bytes that no text uses share one class.
+  ByteDfa d;
+  d.byte_class.fill(0);
+  uint32_t classes = 1;
+  for (const std::string& t : texts)
+    for (char c : t)
+      if (d.byte_class[uint8_t(c)] == 0) {
+        if (classes == 255) fail("the texts use too many distinct bytes");
+        d.byte_class[uint8_t(c)] = static_cast<uint8_t>(classes++);
+      }
+  d.classes = classes;
+  d.start = 0;
+  d.accept = {0};
+  d.table.assign(classes, ByteDfa::kDead);
+  for (const std::string& t : texts) {
+    uint32_t at = 0;
+    for (char c : t) {
+      uint32_t& next = d.table[size_t(at) * classes + d.byte_class[uint8_t(c)]];
+      if (next == ByteDfa::kDead) {
+        if ((d.accept.size() + 1) * classes > kMaxDfaEntries) fail("the texts are too many to enforce");
+        next = d.size();
+        d.accept.push_back(0);
+        d.table.resize(d.table.size() + classes, ByteDfa::kDead);
+      }
+      at = d.table[size_t(at) * classes + d.byte_class[uint8_t(c)]];
+    }
+    d.accept[at] = 1;
+  }
+  return trim(d);
+}
+
 ByteDfa bound_length(const ByteDfa& a, uint32_t min_chars, uint32_t max_chars, uint32_t max_states) {
   if (a.start == ByteDfa::kDead) return {};
   const bool bounded = max_chars != std::numeric_limits<uint32_t>::max();
@@ -800,6 +847,38 @@ std::string integer_range_pattern(uint64_t lo, uint64_t hi) {
     start = stop + 1;
   }
   return out;
+}
+
+ByteDfa multiples_dfa(uint64_t k, uint32_t max_digits, uint32_t max_states) {
+  if (k == 0 || max_digits == 0) fail("multipleOf: k and the digits must be at least 1");
+  const uint64_t states = 3 + uint64_t{max_digits} * k;  // start, after "-", "0", then (digits, remainder)
+  constexpr uint32_t kClasses = 12;                       // "-", each digit, the rest
+  if (states > max_states || states * kClasses > kMaxDfaEntries)
+    fail("\"multipleOf\": {} is too large to enforce (its automaton would exceed {} states)", k,
+         std::min<uint64_t>(max_states, kMaxDfaEntries / kClasses));
+  ByteDfa d;
+  d.classes = kClasses;
+  d.byte_class.fill(kClasses - 1);
+  d.byte_class['-'] = 0;
+  for (int c = 0; c < 10; ++c) d.byte_class['0' + c] = static_cast<uint8_t>(1 + c);
+  d.table.assign(states * kClasses, ByteDfa::kDead);
+  d.accept.assign(states, 0);
+  auto at = [&](uint64_t digits, uint64_t remainder) { return static_cast<uint32_t>(3 + (digits - 1) * k + remainder); };
+  auto set = [&](uint64_t from, uint32_t cls, uint32_t to) { d.table[from * kClasses + cls] = to; };
+  d.start = 0;
+  set(0, 0, 1);
+  for (uint32_t from : {0u, 1u}) {
+    set(from, 1, 2);
+    for (uint32_t c = 1; c < 10; ++c) set(from, 1 + c, at(1, c % k));
+  }
+  d.accept[2] = 1;
+  for (uint64_t digits = 1; digits <= max_digits; ++digits)
+    for (uint64_t r = 0; r < k; ++r) {
+      d.accept[at(digits, r)] = r == 0;
+      if (digits < max_digits)
+        for (uint32_t c = 0; c < 10; ++c) set(at(digits, r), 1 + c, at(digits + 1, (r * 10 + c) % k));
+    }
+  return trim(d);
 }
 
 bool full_match(const ByteDfa& a, std::string_view text) {

@@ -55,6 +55,10 @@ bool known_format(std::string_view format);
 const ByteDfa& format_dfa(std::string_view format);
 // Texts both accept.
 ByteDfa intersect(const ByteDfa& a, const ByteDfa& b, uint32_t max_states = kMaxDfaStates);
+// Texts `a` accepts and `b` does not.
+ByteDfa subtract(const ByteDfa& a, const ByteDfa& b, uint32_t max_states = kMaxDfaStates);
+// Exactly the given texts.
+ByteDfa literal_set_dfa(const std::vector<std::string>& texts);
 // Texts `a` accepts with between min and max code points (max UINT32_MAX: no upper bound).
 ByteDfa bound_length(const ByteDfa& a, uint32_t min_chars, uint32_t max_chars, uint32_t max_states = kMaxDfaStates);
 // Texts `a` accepts that never contain `forbidden`'s bytes.
@@ -65,6 +69,9 @@ ByteDfa writable_in_json(const ByteDfa& a);
 // A pattern (no anchors) for the decimal integers lo..hi, written without leading zeros
 // (0 <= lo <= hi): alternatives of digit classes, as in "1[0-9]|[2-9][0-9]|1[0-4][0-9]|150".
 std::string integer_range_pattern(uint64_t lo, uint64_t hi);
+// The decimal integers (optional "-", no leading zeros, at most `max_digits` digits) that are
+// multiples of `k` (k >= 1): one state per (digits so far, remainder).
+ByteDfa multiples_dfa(uint64_t k, uint32_t max_digits, uint32_t max_states = kMaxDfaStates);
 // Whether `a` accepts exactly `text` (tests).
 bool full_match(const ByteDfa& a, std::string_view text);
 
