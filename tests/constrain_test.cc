@@ -410,6 +410,44 @@ TEST(JsonSchema, NotIfThenElseAndDependencies) {
                        "additionalProperties": false})").keyword(), "dependentRequired");
 }
 
+// patternProperties: a pattern's schema holds for every key it matches (declared ones too);
+// other keys are generated from the first pattern. propertyNames narrows every key.
+TEST(JsonSchema, PatternPropertiesAndPropertyNames) {
+  const Grammar map = content_grammar(R"({"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}},
+                                         "additionalProperties": false})");
+  for (const char* ok : {R"({"ab":1,"c":2})", "{}"}) EXPECT_TRUE(accepts(map, ok)) << ok;
+  for (const char* bad : {R"({"Ab":1})", R"({"ab":"x"})", R"({"a1":1})", R"({"":1})"}) EXPECT_FALSE(accepts(map, bad)) << bad;
+  const Grammar mixed = content_grammar(R"({"properties": {"id": {"type": "integer"}, "name": {}}, "required": ["id"],
+      "patternProperties": {"^x-": {"type": "string"}, "^n": {"type": "string"}}})");
+  EXPECT_TRUE(accepts(mixed, R"({"id":1,"name":"n","x-a":"s"})"));
+  for (const char* bad : {R"({"id":1,"name":5})", R"({"id":1,"x-a":1})", R"({"id":1,"zz":1})", R"({"id":1,"x-a":"s","name":"n"})"})
+    EXPECT_FALSE(accepts(mixed, bad)) << bad;
+  // A free key never spells a declared name.
+  const Grammar declared = content_grammar(R"({"properties": {"ab": {"type": "integer"}}, "patternProperties": {"^a": {"type": ["integer", "string"]}}})");
+  EXPECT_TRUE(accepts(declared, R"({"ab":1,"ac":"x"})"));
+  EXPECT_FALSE(accepts(declared, R"({"ab":1,"ab":"x"})"));
+  EXPECT_FALSE(accepts(declared, R"({"ab":"x"})"));
+  EXPECT_TRUE(accepts(declared, R"({"ab":1,"a\/":1})"));  // a short escape is read as the byte it writes
+  const Grammar named = content_grammar(R"({"type": "object", "propertyNames": {"pattern": "^[A-Z]", "maxLength": 3},
+                                           "additionalProperties": {"type": "boolean"}})");
+  EXPECT_TRUE(accepts(named, R"({"Abc":true,"B":false})"));
+  for (const char* bad : {R"({"abc":true})", R"({"Abcd":true})", R"({"Abc":1})"}) EXPECT_FALSE(accepts(named, bad)) << bad;
+  const Grammar listed = content_grammar(R"({"properties": {"a": {}, "B": {}}, "propertyNames": {"enum": ["B", "C"]}})");
+  EXPECT_TRUE(accepts(listed, R"({"B":1,"C":2})"));
+  EXPECT_FALSE(accepts(listed, R"({"a":1})"));
+  EXPECT_FALSE(accepts(listed, R"({"D":1})"));
+  EXPECT_EQ(refusal(R"({"properties": {"a": {}}, "required": ["a"], "propertyNames": {"pattern": "^[A-Z]"}})").param(),
+            "schema.properties.a");
+  EXPECT_EQ(refusal(R"({"type": "object", "propertyNames": {"type": "string", "not": {"const": "x"}}})").keyword(), "not");
+  EXPECT_EQ(refusal(R"J({"type": "object", "patternProperties": {"(?=a)": {}}})J").keyword(), "patternProperties");
+  // Merged with a part that declares a matching name: both hold.
+  const Grammar merged = content_grammar(R"({"allOf": [{"patternProperties": {"^x-": {"type": "string"}}},
+                                                       {"properties": {"x-a": {"maxLength": 2}}}]})");
+  EXPECT_TRUE(accepts(merged, R"({"x-a":"ab"})"));
+  EXPECT_FALSE(accepts(merged, R"({"x-a":"abc"})"));
+  EXPECT_FALSE(accepts(merged, R"({"x-a":1})"));
+}
+
 TEST(JsonSchema, Numbers) {
   const Grammar g = content_grammar(R"({"type": "number"})");
   for (const char* ok : {"0", "-0", "12", "1.5e+10", "1E5", "-3.25e-2", "0.0", "123456789012345", "1.5e99"})
@@ -497,9 +535,9 @@ TEST(JsonSchema, RefusalsNameTheKeywordAndItsPath) {
   SchemaError e = refusal(R"({"type": "object", "minProperties": 3})");
   EXPECT_EQ(e.keyword(), "minProperties");
   EXPECT_EQ(e.param(), "schema.minProperties");
-  e = refusal(R"({"type": "object", "properties": {"when": {"type": "object", "patternProperties": {"^x": {}}}}})");
-  EXPECT_EQ(e.param(), "schema.properties.when.patternProperties");
-  EXPECT_NE(std::string(e.what()).find("patternProperties"), std::string::npos);
+  e = refusal(R"({"type": "object", "properties": {"when": {"type": "array", "contains": {"type": "string"}}}})");
+  EXPECT_EQ(e.param(), "schema.properties.when.contains");
+  EXPECT_NE(std::string(e.what()).find("contains"), std::string::npos);
   e = refusal(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "(a)\\1"}}})");
   EXPECT_EQ(e.param(), "schema.properties.id.pattern");
   EXPECT_NE(std::string(e.what()).find("backreference \\1 is not supported"), std::string::npos) << e.what();

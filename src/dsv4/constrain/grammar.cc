@@ -184,7 +184,7 @@ NodeId Grammar::array(NodeId item, uint32_t min_items, uint32_t max_items) {
 }
 
 NodeId Grammar::object(ObjectSyntax syntax, std::vector<Property> properties, NodeId additional,
-                       std::string_view forbid, const std::vector<std::string>& forbidden_names) {
+                       std::string_view forbid, const std::vector<std::string>& forbidden_names, NodeId free_key) {
   if (properties.size() > 4000) fail("constrain: too many properties in one object");
   if (syntax == ObjectSyntax::kDsml && additional != kNoNode) fail("constrain: DSML parameters have no free keys");
   ObjectShape sh;
@@ -216,7 +216,10 @@ NodeId Grammar::object(ObjectSyntax syntax, std::vector<Property> properties, No
   for (uint32_t i = n; i-- > 0;) sh.next_required[i] = sh.properties[i].required ? i : sh.next_required[i + 1];
   const uint32_t shape = static_cast<uint32_t>(shapes_.size());
   shapes_.push_back(std::move(sh));
-  if (additional != kNoNode) {
+  if (additional != kNoNode && free_key != kNoNode) {
+    if (nodes_[free_key].kind != NodeKind::kPattern || nodes_[free_key].bare) fail("constrain: a free key must be a string");
+    shapes_[shape].free_key = free_key;
+  } else if (additional != kNoNode) {
     Node key;
     key.kind = NodeKind::kString;
     key.no_escapes = true;

@@ -196,8 +196,10 @@ class Grammar {
   // keys not declared (kNoNode: none allowed), which are spelled without escapes and must
   // differ from every declared name and from each of `forbidden_names`; `forbid` applies to
   // their text.
+  // `free_key`, when given, is the string node that spells other keys instead (a pattern
+  // string whose automaton already leaves out the declared and forbidden names).
   NodeId object(ObjectSyntax syntax, std::vector<Property> properties, NodeId additional, std::string_view forbid = "",
-                const std::vector<std::string>& forbidden_names = {});
+                const std::vector<std::string>& forbidden_names = {}, NodeId free_key = kNoNode);
   NodeId any_of(std::vector<NodeId> alternatives);
   NodeId seq(std::vector<NodeId> parts);
   NodeId until(Symbol terminator, std::string_view forbid = "");

@@ -323,7 +323,8 @@ class Walker {
       case kOSep: {
         if (sh.required_left[next] > 0) return tail_first(next);
         uint64_t best = add_sat(sh.cheapest_from[next], close);
-        if (json && sh.additional != kNoNode) best = std::min(best, add_sat(4, g_.min_symbols(sh.additional)));  // "":v}
+        if (json && sh.additional != kNoNode)  // "key":v}
+          best = std::min(best, add_sat(add_sat(g_.min_symbols(sh.free_key), 2), g_.min_symbols(sh.additional)));
         return best;
       }
       case kOKey: {

@@ -34,17 +34,16 @@ const std::set<std::string, std::less<>>& supported() {
       "minLength", "maxLength", "enum",     "const",                "anyOf",     "$ref",       "$defs",
       "definitions", "uniqueItems", "$id", "pattern", "format", "oneOf", "minimum", "maximum", "exclusiveMinimum",
       "exclusiveMaximum", "allOf", "unevaluatedProperties", "multipleOf", "prefixItems", "additionalItems", "not",
-      "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "minProperties", "maxProperties"};
+      "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "minProperties", "maxProperties",
+      "patternProperties", "propertyNames"};
   return keys;
 }
 
 // The assertions and applicators of JSON Schema (drafts 4 to 2020-12) that it cannot enforce.
 // Every keyword in neither list is an annotation.
 const std::set<std::string, std::less<>>& unsupported_set() {
-  static const std::set<std::string, std::less<>> keys = {
-      "patternProperties", "propertyNames",
-      "contains",         "minContains",     "maxContains",
-      "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
+  static const std::set<std::string, std::less<>> keys = {"contains", "minContains", "maxContains",
+                                                          "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
   return keys;
 }
 
@@ -317,7 +316,9 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
         if (s.contains(k)) return true;
       return false;
     };
-    if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties"})) types.push_back("object");
+    if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
+             "propertyNames"}))
+      types.push_back("object");
     if (has({"items", "minItems", "maxItems", "prefixItems"})) types.push_back("array");
     if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) types.push_back("number");
     if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && known_format(s["format"].get<std::string>())))
@@ -542,42 +543,125 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
     additional = any_value(d.safe);
   }
 
+  // patternProperties: a pattern's schema holds for every key it matches, declared or not;
+  // propertyNames: an automaton every key's text must match.
+  struct KeyPattern {
+    std::string pattern;
+    const Json* schema;
+    ByteDfa dfa;
+  };
+  std::vector<KeyPattern> patterns;
+  if (s.contains("patternProperties")) {
+    const Json& pp = s["patternProperties"];
+    if (!pp.is_object()) d.error("patternProperties", "\"patternProperties\" must be an object");
+    for (const auto& [pattern, schema] : pp.items()) {
+      try {
+        ByteDfa dfa = regex_dfa(pattern, automaton_budget(d, "patternProperties"));
+        automaton_states_ += dfa.size();
+        patterns.push_back({pattern, &schema, std::move(dfa)});
+      } catch (const SchemaError&) {
+        throw;
+      } catch (const Error& e) {
+        unsupported(d, "patternProperties", fmt::format("\"patternProperties\" {}: {}", Json(pattern).dump(), e.what()));
+      }
+    }
+  }
+  const std::optional<ByteDfa> names = s.contains("propertyNames") ? name_automaton(d, s["propertyNames"]) : std::nullopt;
+  // The schema a key's value must meet: its own, with every pattern that matches the name.
+  auto value_for = [&](const std::string& name, const Json* own) -> NodeId {
+    Json parts = Json::array();
+    if (own) parts.push_back(*own);
+    for (const KeyPattern& k : patterns)
+      if (full_match(k.dfa, name)) parts.push_back(*k.schema);
+    if (parts.empty()) return additional;
+    if (parts.size() == 1) return own ? compile_schema(d, *own, depth + 1) : compile_schema(d, parts[0], depth + 1);
+    const Json all = Json{{"allOf", std::move(parts)}};
+    return compile_schema(d, all, depth + 1);
+  };
+  auto name_allowed = [&](const std::string& name) { return !names || full_match(*names, name); };
+
   std::vector<Property> properties;
   auto key_text = [&](const std::string& name) {
     return Json(name).dump(-1, ' ', d.safe, Json::error_handler_t::strict);
   };
-  std::vector<std::string> forbidden;  // properties whose schema is false
+  std::vector<std::string> forbidden;  // properties whose schema is false, or whose name propertyNames refuses
+  auto is_required = [&](const std::string& name) {
+    return std::find(required.begin(), required.end(), name) != required.end();
+  };
   if (props) {
     PathGuard guard(d.path, "properties");
     for (const auto& [name, schema] : props->items()) {
       PathGuard key(d.path, name);
-      if (schema == Json(false)) {
-        if (std::find(required.begin(), required.end(), name) != required.end())
-          d.error("", fmt::format("\"{}\" is required, but its schema is false", name));
+      if (schema == Json(false) || !name_allowed(name)) {
+        if (is_required(name))
+          d.error("", fmt::format("\"{}\" is required, but {}", name,
+                                  schema == Json(false) ? "its schema is false" : "\"propertyNames\" does not allow it"));
         forbidden.push_back(name);
         continue;
       }
       Property p;
       p.name = name;
       p.key = key_text(name);
-      p.value = compile_schema(d, schema, depth + 1);
-      p.required = std::find(required.begin(), required.end(), name) != required.end();
+      p.value = value_for(name, &schema);
+      p.required = is_required(name);
       properties.push_back(std::move(p));
     }
   }
   // Required names the schema does not describe are other keys (when those are allowed).
   for (const std::string& name : required) {
     if (props && props->contains(name)) continue;
-    if (additional == kNoNode)
-      d.error("required", fmt::format("\"{}\" is required, but it is not in \"properties\" and "
-                                      "\"additionalProperties\" is false",
-                                      name));
+    if (!name_allowed(name)) d.error("required", fmt::format("\"{}\" is required, but \"propertyNames\" does not allow it", name));
     Property p;
     p.name = name;
     p.key = key_text(name);
-    p.value = additional;
+    {
+      PathGuard guard(d.path, "required");
+      p.value = value_for(name, nullptr);
+    }
+    if (p.value == kNoNode)
+      d.error("required", fmt::format("\"{}\" is required, but it is not in \"properties\" and "
+                                      "\"additionalProperties\" is false",
+                                      name));
     p.required = true;
     properties.push_back(std::move(p));
+  }
+  // Other keys: with patternProperties, keys the first pattern matches (their values meet
+  // every pattern that may match them too), which is always valid and what such maps are
+  // for; else additionalProperties' keys. propertyNames narrows them; declared names are
+  // left out of the automaton.
+  NodeId free_key = kNoNode;
+  if (!patterns.empty() || names) {
+    std::optional<ByteDfa> keys;
+    NodeId value = additional;
+    if (!patterns.empty()) {
+      keys = patterns[0].dfa;
+      Json parts = Json::array({*patterns[0].schema});
+      for (size_t i = 1; i < patterns.size(); ++i)
+        if (intersect(patterns[0].dfa, patterns[i].dfa, automaton_budget(d, "patternProperties")).start != ByteDfa::kDead)
+          parts.push_back(*patterns[i].schema);
+      PathGuard guard(d.path, "patternProperties");
+      PathGuard key(d.path, patterns[0].pattern);
+      const Json all = parts.size() == 1 ? parts[0] : Json{{"allOf", std::move(parts)}};
+      value = compile_schema(d, all, depth + 1);
+    } else if (additional != kNoNode) {
+      keys = regex_dfa("");
+    }
+    if (keys) {
+      try {
+        if (names) keys = intersect(*keys, *names, automaton_budget(d, "propertyNames"));
+        std::vector<std::string> taken = forbidden;
+        for (const Property& p : properties) taken.push_back(p.name);
+        if (!taken.empty()) keys = subtract(*keys, literal_set_dfa(taken), automaton_budget(d, "properties"));
+        if (d.safe) keys = excluding(*keys, dsml_marker());
+        automaton_states_ += keys->size();
+        free_key = keys->start == ByteDfa::kDead ? kNoNode : g_.pattern_string(*keys);
+      } catch (const SchemaError&) {
+        throw;
+      } catch (const Error& e) {
+        unsupported(d, patterns.empty() ? "propertyNames" : "patternProperties", e.what());
+      }
+      additional = free_key == kNoNode ? kNoNode : value;
+    }
   }
   --d.containers;
   // minProperties / maxProperties where the shape already decides them.
@@ -594,7 +678,38 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
     unsupported(d, "maxProperties", fmt::format("\"maxProperties\": {} is supported only where \"additionalProperties\" "
                                                 "is false and at most that many properties are declared", *hi));
   check_budget(d, "properties");
-  return g_.object(ObjectSyntax::kJson, std::move(properties), additional, forbid(d.safe), std::move(forbidden));
+  return g_.object(ObjectSyntax::kJson, std::move(properties), additional, forbid(d.safe), std::move(forbidden), free_key);
+}
+
+// propertyNames as an automaton over the key's text: a string schema's pattern, format,
+// lengths, enum / const, through $refs (nullopt: it says nothing of strings).
+std::optional<ByteDfa> SchemaCompiler::name_automaton(Doc& d, const Json& n) {
+  PathGuard guard(d.path, "propertyNames");
+  const Json& s = follow_refs(d.root, n);
+  if (s.is_boolean()) {
+    if (s.get<bool>()) return std::nullopt;
+    return ByteDfa{};  // no name at all
+  }
+  if (!s.is_object()) d.error("", "a schema must be an object or a boolean");
+  for (const auto& [key, value] : s.items())
+    if (is_assertion(key) && key != "pattern" && key != "format" && key != "minLength" && key != "maxLength" &&
+        key != "enum" && key != "const" && !(key == "type" && value == Json("string"))) {
+      unsupported(d, key, fmt::format("\"propertyNames\" with \"{}\" is not supported (pattern, format, lengths and "
+                                      "string constants are)", key));
+      return std::nullopt;
+    }
+  std::optional<ByteDfa> dfa = text_automaton(d, s);
+  if (s.contains("enum") || s.contains("const")) {
+    std::vector<std::string> texts;
+    for (const Json& v : s.contains("enum") && s["enum"].is_array() ? s["enum"] : Json::array({s.value("const", Json())}))
+      if (v.is_string()) texts.push_back(v.get<std::string>());
+    const ByteDfa listed = literal_set_dfa(texts);
+    dfa = dfa ? intersect(*dfa, listed, automaton_budget(d, "enum")) : listed;
+  }
+  const auto [lo, hi] = string_lengths(d, s);
+  if (lo > 0 || hi != kUnbounded) dfa = bound_length(dfa ? *dfa : regex_dfa(""), lo, hi, automaton_budget(d, "maxLength"));
+  if (dfa) automaton_states_ += dfa->size();
+  return dfa;
 }
 
 NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {

@@ -4,7 +4,9 @@
 //                 (without type: the types the other keywords imply, or any value)
 //   object        properties (written in the schema's order; false forbids a name), required,
 //                 additionalProperties (false; true / absent / a schema: other keys after the
-//                 declared ones), minProperties / maxProperties where the shape decides them
+//                 declared ones), patternProperties (other keys from the first pattern),
+//                 propertyNames (string pattern / format / lengths / constants),
+//                 minProperties / maxProperties where the shape decides them
 //   array         items (a schema or a boolean), minItems, maxItems; tuples: prefixItems with
 //                 items, or items as a list with additionalItems
 //   number        minimum, maximum, exclusiveMinimum, exclusiveMaximum (draft-4 booleans or
@@ -25,8 +27,8 @@
 //                 annotations (title, description, default, examples, $comment, readOnly, …),
 //                 vendor keywords (x-*, markdownDescription, id, …) and misspellings, as the
 //                 specification says a validator must; also uniqueItems: false, $id at the root
-//   unsupported   the assertions and applicators it cannot enforce (patternProperties,
-//                 propertyNames, contains, …; unsupported_keywords()): refused naming keyword
+//   unsupported   the assertions and applicators it cannot enforce (contains,
+//                 unevaluatedItems, …; unsupported_keywords()): refused naming keyword
 //                 and path, or, when the schema is not strict, dropped and listed in dropped()
 // Booleans as schemas: true = any value, false = none.
 //
@@ -142,6 +144,7 @@ class SchemaCompiler {
   // The automaton of a string schema's pattern and known format, intersected (nullopt: it has
   // neither, or what it has was dropped as not strict).
   std::optional<ByteDfa> text_automaton(Doc& d, const Json& s);
+  std::optional<ByteDfa> name_automaton(Doc& d, const Json& n);
   uint32_t automaton_budget(Doc& d, const char* keyword) const;
   void check_budget(Doc& d, const std::string& keyword);
   void check_keyword(Doc& d, const Json& s, const std::string& key, size_t depth);

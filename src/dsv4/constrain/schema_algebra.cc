@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "dsv4/constrain/json_schema.h"
+#include "dsv4/constrain/regex.h"
 
 namespace dsv4::constrain {
 
@@ -131,7 +133,9 @@ std::set<std::string> admitted_types(const Json& s, bool generated) {
       if (s.contains(k)) return true;
     return false;
   };
-  if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties"})) out.insert("object");
+  if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
+           "propertyNames"}))
+    out.insert("object");
   if (has({"items", "minItems", "maxItems", "prefixItems"})) out.insert("array");
   if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && s["format"].is_string() &&
                                                      known_format(s["format"].get<std::string>())))
@@ -287,8 +291,13 @@ class Rewriter {
     c_.values_left -= n;
   }
 
+  // What `side` says of a name it does not declare: the schemas of its patternProperties that
+  // match it, else its additionalProperties (`extra`).
+  Json undeclared(const Json& side, const Json& extra, const std::string& name);
+
   MergeContext& c_;
   uint32_t one_ofs_ = 0;  // oneOfs met so far (their ids)
+  std::map<std::string, ByteDfa> patterns_;  // patternProperties' automata, by pattern
 };
 
 // Draft 4's boolean exclusiveMinimum / exclusiveMaximum in the 2020-12 form.
@@ -628,13 +637,35 @@ void Rewriter::merge_properties(const Json& a, const Json& b, Json& m) {
   };
   const Json &pa = props(a), &pb = props(b);
   const Json ea = extra(a), eb = extra(b);
+  if ((a.contains("patternProperties") && !asserts_nothing(eb)) || (b.contains("patternProperties") && !asserts_nothing(ea)))
+    c_.unsupported("allOf", "\"patternProperties\" in one part beside \"additionalProperties\" in another cannot be merged");
   Json merged = Json::object();
-  for (const auto& [name, sa] : pa.items()) merged[name] = both(sa, pb.contains(name) ? pb[name] : eb);
+  for (const auto& [name, sa] : pa.items()) merged[name] = both(sa, pb.contains(name) ? pb[name] : undeclared(b, eb, name));
   for (const auto& [name, sb] : pb.items())
-    if (!pa.contains(name)) merged[name] = both(ea, sb);
+    if (!pa.contains(name)) merged[name] = both(undeclared(a, ea, name), sb);
   if (!merged.empty()) m["properties"] = std::move(merged);
   else m.erase("properties");
   if (any_extra) m["additionalProperties"] = both(ea, eb);
+}
+
+Json Rewriter::undeclared(const Json& side, const Json& extra, const std::string& name) {
+  if (!side.contains("patternProperties") || !side["patternProperties"].is_object()) return extra;
+  Json parts = Json::array();
+  for (const auto& [pattern, schema] : side["patternProperties"].items()) {
+    auto it = patterns_.find(pattern);
+    if (it == patterns_.end()) {
+      if (patterns_.size() >= 256) c_.error("patternProperties", "too many patterns to merge");
+      try {
+        it = patterns_.emplace(pattern, regex_dfa(pattern)).first;
+      } catch (const Error& e) {
+        c_.unsupported("patternProperties", fmt::format("\"patternProperties\" {}: {}", Json(pattern).dump(), e.what()));
+        continue;
+      }
+    }
+    if (full_match(it->second, name)) parts.push_back(schema);
+  }
+  if (parts.empty()) return extra;
+  return parts.size() == 1 ? parts[0] : Json{{"allOf", std::move(parts)}};
 }
 
 // Exactly one branch of each oneOf holds when a value generated from an alternative that took
