@@ -11,6 +11,7 @@
 #include "dsv4/constrain/answer_grammar.h"
 #include "dsv4/constrain/grammar.h"
 #include "dsv4/constrain/json_schema.h"
+#include "dsv4/constrain/schema_refs.h"
 #include "dsv4/constrain/matcher.h"
 #include "dsv4/constrain/token_trie.h"
 #include "dsv4/text/chat_format.h"
@@ -446,6 +447,58 @@ TEST(JsonSchema, PatternPropertiesAndPropertyNames) {
   EXPECT_TRUE(accepts(merged, R"({"x-a":"ab"})"));
   EXPECT_FALSE(accepts(merged, R"({"x-a":"abc"})"));
   EXPECT_FALSE(accepts(merged, R"({"x-a":1})"));
+}
+
+TEST(JsonSchema, UriResolution) {
+  // RFC 3986 section 5.4's examples.
+  const std::string base = "http://a/b/c/d;p?q";
+  const std::pair<const char*, const char*> cases[] = {
+      {"g:h", "g:h"}, {"g", "http://a/b/c/g"}, {"./g", "http://a/b/c/g"}, {"g/", "http://a/b/c/g/"},
+      {"/g", "http://a/g"}, {"//g", "http://g"}, {"?y", "http://a/b/c/d;p?y"}, {"g?y", "http://a/b/c/g?y"},
+      {"#s", "http://a/b/c/d;p?q#s"}, {"g#s", "http://a/b/c/g#s"}, {";x", "http://a/b/c/;x"}, {"", "http://a/b/c/d;p?q"},
+      {".", "http://a/b/c/"}, {"..", "http://a/b/"}, {"../g", "http://a/b/g"}, {"../..", "http://a/"},
+      {"../../g", "http://a/g"}, {"../../../g", "http://a/g"}, {"/./g", "http://a/g"}, {"g.", "http://a/b/c/g."},
+      {"./../g", "http://a/b/g"}, {"g/../h", "http://a/b/c/h"}, {"g;x=1/../y", "http://a/b/c/y"}};
+  for (const auto& [ref, want] : cases) EXPECT_EQ(resolve_uri(base, ref), want) << ref;
+  EXPECT_EQ(resolve_uri("", "item.json#/a"), "item.json#/a");
+}
+
+// $ref by $id (absolute or relative, on any subschema), $anchor, draft 6/7's "#name" ids and
+// draft 4's id: each made a pointer within the document.
+TEST(JsonSchema, RefsByIdAndAnchor) {
+  const Grammar g = content_grammar(R"({"$id": "https://example.com/schemas/root.json", "type": "object",
+      "$defs": {"a": {"$id": "a.json", "type": "integer"},
+                "b": {"type": "string", "maxLength": 2},
+                "c": {"$anchor": "flag", "type": "boolean"},
+                "nest": {"$id": "sub/nest.json", "$defs": {"n": {"$ref": "../a.json"}}, "type": "array",
+                         "items": {"$ref": "#/$defs/n"}}},
+      "properties": {"x": {"$ref": "a.json"}, "y": {"$ref": "https://example.com/schemas/root.json#/$defs/b"},
+                     "z": {"$ref": "#flag"}, "w": {"$ref": "sub/nest.json"}, "self": {"$ref": "root.json"}},
+      "required": ["x", "y", "z", "w"], "additionalProperties": false})");
+  EXPECT_TRUE(accepts(g, R"({"x":1,"y":"ab","z":true,"w":[1,2]})"));
+  EXPECT_TRUE(accepts(g, R"({"x":1,"y":"ab","z":true,"w":[],"self":{"x":2,"y":"","z":false,"w":[3]}})"));
+  for (const char* bad : {R"({"x":"1","y":"ab","z":true,"w":[]})", R"({"x":1,"y":"abc","z":true,"w":[]})",
+                          R"({"x":1,"y":"ab","z":1,"w":[]})", R"({"x":1,"y":"ab","z":true,"w":["1"]})"})
+    EXPECT_FALSE(accepts(g, bad)) << bad;
+  const Grammar plain = content_grammar(R"({"definitions": {"p": {"$id": "#point", "type": "integer"}},
+                                           "type": "array", "items": {"$ref": "#point"}})");
+  EXPECT_TRUE(accepts(plain, "[1,2]"));
+  EXPECT_FALSE(accepts(plain, R"(["1"])"));
+  const Grammar draft4 = content_grammar(R"({"$schema": "http://json-schema.org/draft-04/schema#", "id": "http://x.org/s",
+      "definitions": {"t": {"id": "t", "type": "null"}}, "items": {"$ref": "http://x.org/t"}})");
+  EXPECT_TRUE(accepts(draft4, "[null]"));
+  EXPECT_FALSE(accepts(draft4, "[1]"));
+  // A reference to another document, or to an anchor nobody declares, is refused naming $ref.
+  EXPECT_EQ(refusal(R"({"$id": "https://example.com/r.json", "$ref": "other.json"})").keyword(), "$ref");
+  EXPECT_EQ(refusal(R"({"$ref": "#nowhere"})").keyword(), "$ref");
+  // A forced tool call's parameters resolve their refs too.
+  const Json params = Json::parse(R"({"$id": "https://t.example/p", "type": "object",
+      "$defs": {"c": {"$anchor": "city", "type": "string", "maxLength": 4}}, "properties": {"city": {"$ref": "#city"}},
+      "required": ["city"]})");
+  AnswerFormat f;
+  f.calls_required = true;
+  f.tools = {{"weather", &params, "tools[0].function.parameters"}};
+  EXPECT_NO_THROW(build_answer_grammar(f));
 }
 
 TEST(JsonSchema, Numbers) {

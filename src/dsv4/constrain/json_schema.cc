@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "dsv4/constrain/schema_algebra.h"
+#include "dsv4/constrain/schema_refs.h"
 #include "dsv4/text/chat_format.h"
 
 namespace dsv4::constrain {
@@ -45,6 +46,26 @@ const std::set<std::string, std::less<>>& unsupported_set() {
   static const std::set<std::string, std::less<>> keys = {"contains", "minContains", "maxContains",
                                                           "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
   return keys;
+}
+
+std::string escaped_key(const std::string& key) {
+  std::string out;
+  for (char c : key) out += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+  return out;
+}
+
+// Where `target` sits inside `doc` (by address).
+std::optional<Json::json_pointer> pointer_to(const Json& doc, const Json* target, int depth = 0) {
+  if (&doc == target) return Json::json_pointer();
+  if (depth > 256 || !doc.is_structured()) return std::nullopt;
+  if (doc.is_object()) {
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (auto p = pointer_to(it.value(), target, depth + 1)) return Json::json_pointer("/" + escaped_key(it.key())) / *p;
+  } else {
+    for (size_t i = 0; i < doc.size(); ++i)
+      if (auto p = pointer_to(doc[i], target, depth + 1)) return Json::json_pointer("/" + std::to_string(i)) / *p;
+  }
+  return std::nullopt;
 }
 
 // Keywords the specification makes inert without a partner: they assert nothing then.
@@ -94,7 +115,8 @@ const std::vector<std::string>& unsupported_keywords() {
 // One document being compiled: its root (refs resolve there), the current path, and the
 // $ref targets compiled so far.
 struct SchemaCompiler::Doc {
-  const Json& root;
+  const Json& root;      // the document, or its copy with references made local
+  const Json* original;  // the document the caller holds
   bool safe;
   bool strict;  // refuse what cannot be enforced (else drop it)
   std::vector<std::string> path;
@@ -168,8 +190,14 @@ void SchemaCompiler::unsupported(Doc& d, const std::string& keyword, const std::
 
 SchemaCompiler::Doc& SchemaCompiler::doc(const Json& document, bool dsml_safe, bool strict) {
   for (auto& d : docs_)
-    if (&d->root == &document && d->safe == dsml_safe && d->strict == strict) return *d;
-  docs_.push_back(std::make_unique<Doc>(Doc{document, dsml_safe, strict, {}, g_.node_count(), {}, 0}));
+    if (d->original == &document && d->safe == dsml_safe && d->strict == strict) return *d;
+  // References by $id, $anchor or URI become pointers within the document (schema_refs.h).
+  const Json* root = &document;
+  if (std::optional<Json> local = with_local_refs(document)) {
+    local_docs_.push_back(std::make_unique<Json>(std::move(*local)));
+    root = local_docs_.back().get();
+  }
+  docs_.push_back(std::make_unique<Doc>(Doc{*root, &document, dsml_safe, strict, {}, g_.node_count(), {}, 0}));
   Doc& d = *docs_.back();
   if (document.is_object() && document.contains("$id") && !document["$id"].is_string())
     d.error("$id", "\"$id\" must be a string");
@@ -185,7 +213,13 @@ NodeId SchemaCompiler::compile_part(const Json& document, const Json& part, std:
   Doc& d = doc(document, dsml_safe, strict);
   d.path = std::move(path);
   d.containers = 0;
-  return compile_schema(d, part, d.path.size());
+  const Json* at = &part;
+  if (&d.root != &document) {  // the same place in the copy
+    const std::optional<Json::json_pointer> where = pointer_to(document, &part);
+    if (!where) fail("constrain: a schema part outside its document");
+    at = &d.root.at(*where);
+  }
+  return compile_schema(d, *at, d.path.size());
 }
 
 NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
@@ -196,7 +230,7 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     d.error("", "the schema false admits no value");
   }
   if (!s.is_object()) d.error("", "a schema must be an object or a boolean");
-  for (const auto& [key, value] : s.items()) check_keyword(d, s, key, depth);
+  for (const auto& [key, value] : s.items()) check_keyword(d, s, key);
   for (const char* defs : {"$defs", "definitions"})
     if (s.contains(defs) && !s[defs].is_object()) d.error(defs, fmt::format("\"{}\" must be an object", defs));
 
@@ -382,10 +416,10 @@ SchemaCompiler::Excluded SchemaCompiler::excluded(Doc& d, const Json& n) {
 }
 
 // Annotations pass; assertions this compiler cannot enforce are refused or dropped.
-void SchemaCompiler::check_keyword(Doc& d, const Json& s, const std::string& key, size_t depth) {
+void SchemaCompiler::check_keyword(Doc& d, const Json& s, const std::string& key) {
   if (unsupported_set().count(key) && !inert(s, key))
     return unsupported(d, key, fmt::format("unsupported JSON Schema keyword \"{}\"", key));
-  if (key == "$id" && depth > 0) return unsupported(d, key, "\"$id\" is only supported at the root");
+  if (key == "$id" && !s[key].is_string()) d.error(key, "\"$id\" must be a string");
   const Json& value = s[key];
   if (key == "pattern" && !value.is_string()) d.error(key, "\"pattern\" must be a string");
   if (key == "format" && !value.is_string()) d.error(key, "\"format\" must be a string");

@@ -19,14 +19,15 @@
 //                 keywords or not: the strings that break them), not of types and constants,
 //                 anyOf, oneOf (where its alternatives are told apart by type, constants or a
 //                 discriminating property), $ref to "#" or any JSON pointer in the same
-//                 document ("#/$defs/…", "#/definitions/…"), $defs / definitions
+//                 document ("#/$defs/…", "#/definitions/…") or by $id / $anchor
+//                 (schema_refs.h), $defs / definitions
 //   rewritten     allOf (merged), applicators beside other keywords, other nots (De Morgan),
 //                 if/then/else, dependentRequired / dependentSchemas / dependencies,
 //                 unevaluatedProperties: as alternatives of plain schemas (schema_algebra.h)
 //   ignored       every keyword that is not an assertion or applicator of JSON Schema: the
 //                 annotations (title, description, default, examples, $comment, readOnly, …),
 //                 vendor keywords (x-*, markdownDescription, id, …) and misspellings, as the
-//                 specification says a validator must; also uniqueItems: false, $id at the root
+//                 specification says a validator must; also uniqueItems: false
 //   unsupported   the assertions and applicators it cannot enforce (contains,
 //                 unevaluatedItems, …; unsupported_keywords()): refused naming keyword
 //                 and path, or, when the schema is not strict, dropped and listed in dropped()
@@ -147,7 +148,7 @@ class SchemaCompiler {
   std::optional<ByteDfa> name_automaton(Doc& d, const Json& n);
   uint32_t automaton_budget(Doc& d, const char* keyword) const;
   void check_budget(Doc& d, const std::string& keyword);
-  void check_keyword(Doc& d, const Json& s, const std::string& key, size_t depth);
+  void check_keyword(Doc& d, const Json& s, const std::string& key);
   void unsupported(Doc& d, const std::string& keyword, const std::string& why);
   std::string forbid(bool dsml_safe) const;
 
@@ -156,6 +157,7 @@ class SchemaCompiler {
   Grammar& g_;
   SchemaLimits limits_;
   std::vector<std::unique_ptr<Doc>> docs_;
+  std::vector<std::unique_ptr<Json>> local_docs_;  // documents with references made local
   NodeId any_[2] = {kNoNode, kNoNode};
   NodeId any_object_[2] = {kNoNode, kNoNode};
   size_t enum_values_ = 0, literal_bytes_ = 0;
