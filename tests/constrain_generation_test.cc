@@ -69,6 +69,13 @@ const SchemaCase kCases[] = {
         "tags": {"type": "object", "propertyNames": {"pattern": "^[A-Z][a-z]*$", "maxLength": 5},
         "additionalProperties": {"type": "boolean"}}}, "required": ["id"],
         "patternProperties": {"^x-[a-z]{1,4}$": {"type": "string", "maxLength": 3}}, "additionalProperties": false})"},
+    {"contains, draft 7", R"({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {
+        "list": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 50}, "contains": {"minimum": 40},
+                 "maxItems": 4},
+        "pair": {"type": "array", "items": [{"type": "string", "maxLength": 2}, {"type": "boolean"}], "additionalItems": false},
+        "low": {"type": "number", "minimum": 0, "exclusiveMinimum": 1, "maximum": 9},
+        "kind": {"enum": ["x", "y"]}, "ex": {"type": "integer"}},
+        "required": ["list", "pair", "low", "kind"], "dependencies": {"ex": ["kind"]}, "additionalProperties": false})"},
     {"$ref recursion", R"({"$defs": {"tree": {"type": "object", "properties": {"v": {"type": "integer"},
         "kids": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/tree"}}},
         "required": ["v"], "additionalProperties": false}},

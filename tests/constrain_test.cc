@@ -501,6 +501,40 @@ TEST(JsonSchema, RefsByIdAndAnchor) {
   EXPECT_NO_THROW(build_answer_grammar(f));
 }
 
+TEST(JsonSchema, Contains) {
+  const Grammar one = content_grammar(R"({"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 10}})");
+  EXPECT_TRUE(accepts(one, "[12]"));
+  EXPECT_TRUE(accepts(one, "[12,3,40]"));
+  for (const char* bad : {"[]", "[3]", "[12,\"x\"]"}) EXPECT_FALSE(accepts(one, bad)) << bad;
+  // minContains / maxContains: exactly that many meet it when maxContains equals it.
+  const Grammar two = content_grammar(R"({"items": {"type": "string"}, "contains": {"const": "a"}, "minContains": 2,
+                                         "maxContains": 2, "maxItems": 4})");
+  EXPECT_TRUE(accepts(two, R"(["a","a"])"));
+  EXPECT_TRUE(accepts(two, R"(["a","a","b"])"));
+  for (const char* bad : {R"(["a"])", R"(["a","a","a"])", R"(["a","a","b","c","d"])"}) EXPECT_FALSE(accepts(two, bad)) << bad;
+  // not contains: no item meets it.
+  const Grammar none = content_grammar(R"({"type": "array", "items": {"type": "integer"}, "not": {"contains": {"const": 0}}})");
+  EXPECT_TRUE(accepts(none, "[1,2]"));
+  EXPECT_FALSE(accepts(none, "[1,0]"));
+  EXPECT_EQ(refusal(R"({"contains": {"type": "integer"}, "minContains": 3, "maxItems": 2})").keyword(), "minContains");
+  EXPECT_EQ(refusal(R"({"prefixItems": [{}], "contains": {"type": "integer"}})").keyword(), "contains");
+}
+
+TEST(JsonSchema, DynamicRefsInOneResource) {
+  const Grammar tree = content_grammar(R"({"$dynamicAnchor": "node", "type": "object",
+      "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$dynamicRef": "#node"}, "maxItems": 2}},
+      "additionalProperties": false})");
+  EXPECT_TRUE(accepts(tree, R"({"v":1,"kids":[{"v":2},{"kids":[]}]})"));
+  EXPECT_FALSE(accepts(tree, R"({"kids":[{"w":1}]})"));
+  const Grammar list = content_grammar(R"({"$recursiveAnchor": true, "type": "array", "items": {"anyOf": [{"type": "null"},
+      {"$recursiveRef": "#"}]}})");
+  EXPECT_TRUE(accepts(list, "[null,[null,[]]]"));
+  EXPECT_FALSE(accepts(list, "[1]"));
+  // Several resources: the dynamic scope matters, refused by name.
+  EXPECT_EQ(refusal(R"({"$id": "https://e.x/a", "$defs": {"b": {"$id": "b", "$dynamicAnchor": "n", "type": "null"}},
+                       "items": {"$dynamicRef": "#n"}})").keyword(), "$dynamicRef");
+}
+
 TEST(JsonSchema, Numbers) {
   const Grammar g = content_grammar(R"({"type": "number"})");
   for (const char* ok : {"0", "-0", "12", "1.5e+10", "1E5", "-3.25e-2", "0.0", "123456789012345", "1.5e99"})
@@ -588,16 +622,16 @@ TEST(JsonSchema, RefusalsNameTheKeywordAndItsPath) {
   SchemaError e = refusal(R"({"type": "object", "minProperties": 3})");
   EXPECT_EQ(e.keyword(), "minProperties");
   EXPECT_EQ(e.param(), "schema.minProperties");
-  e = refusal(R"({"type": "object", "properties": {"when": {"type": "array", "contains": {"type": "string"}}}})");
-  EXPECT_EQ(e.param(), "schema.properties.when.contains");
-  EXPECT_NE(std::string(e.what()).find("contains"), std::string::npos);
+  e = refusal(R"({"type": "object", "properties": {"when": {"type": "array", "unevaluatedItems": false}}})");
+  EXPECT_EQ(e.param(), "schema.properties.when.unevaluatedItems");
+  EXPECT_NE(std::string(e.what()).find("unevaluatedItems"), std::string::npos);
   e = refusal(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "(a)\\1"}}})");
   EXPECT_EQ(e.param(), "schema.properties.id.pattern");
   EXPECT_NE(std::string(e.what()).find("backreference \\1 is not supported"), std::string::npos) << e.what();
   e = refusal(R"({"anyOf": [{"type": "string"}, {"oneOf": []}]})");
   EXPECT_EQ(e.param(), "schema.anyOf[1].oneOf");
-  e = refusal(R"({"$defs": {"x": {"contains": {}}}, "$ref": "#/$defs/x"})");
-  EXPECT_EQ(e.param(), "schema.$defs.x.contains");
+  e = refusal(R"({"$defs": {"x": {"unevaluatedItems": {}}}, "$ref": "#/$defs/x"})");
+  EXPECT_EQ(e.param(), "schema.$defs.x.unevaluatedItems");
   // An error inside a reference's target, reached from inside an array inside that target
   // (found by schema_fuzz): the error names the target's place and the outer path survives.
   for (bool thinking : {false, true}) {
@@ -671,7 +705,7 @@ TEST(JsonSchema, UnsupportedAssertionsAreRefusedOrDropped) {
   }
   // Not strict: dropped, listed, and the rest still holds.
   const Json schema = Json::parse(R"({"type": "object", "properties": {"id": {"type": "string", "not": {"const": "b"},
-      "format": "int64"}, "n": {"type": "integer", "multipleOf": 0.5}, "t": {"type": "array", "contains": {"type": "string"}}},
+      "format": "int64"}, "n": {"type": "integer", "multipleOf": 0.5}, "t": {"type": "array", "uniqueItems": true}},
       "required": ["id", "n"], "additionalProperties": false, "oneOf": [{"required": ["id"]}, {"required": ["n"]}]})");
   AnswerFormat f;
   f.content_schema = &schema;
@@ -680,7 +714,7 @@ TEST(JsonSchema, UnsupportedAssertionsAreRefusedOrDropped) {
   std::vector<std::string> dropped;
   const Grammar g = build_answer_grammar(f, {}, &dropped);
   EXPECT_EQ(dropped, (std::vector<std::string>{"schema.oneOf", "schema.properties.n.multipleOf",
-                                              "schema.properties.t.contains"}));
+                                              "schema.properties.t.uniqueItems"}));
   EXPECT_FALSE(accepts(g, R"({"id":"b","n":0,"t":[1]})"));  // "not" of a constant holds
   EXPECT_TRUE(accepts(g, R"({"id":"zz","n":0,"t":[1]})"));
   EXPECT_FALSE(accepts(g, R"({"id":"zz"})"));

@@ -240,10 +240,10 @@ test("Anthropic tool_choice any and tool always return tool_use blocks whose inp
   }
   await assert.rejects(
     anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 24, tool_choice: { type: "any" },
-      tools: [{ name: "f", input_schema: { type: "object", properties: { n: { type: "array", contains: { type: "integer" } } } } }],
+      tools: [{ name: "f", input_schema: { type: "object", properties: { n: { type: "array", unevaluatedItems: false } } } }],
       messages: [{ role: "user", content: "hi" }] }),
     (e) => e instanceof Anthropic.BadRequestError && e.error?.type === "error" &&
-      /tools\[0\]\.input_schema\.properties\.n\.contains/.test(e.message));
+      /tools\[0\]\.input_schema\.properties\.n\.unevaluatedItems/.test(e.message));
 });
 
 test("max_tokens below the schema's shortest answer is a 400 naming it; at that minimum the answer is complete", async () => {

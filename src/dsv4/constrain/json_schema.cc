@@ -36,15 +36,14 @@ const std::set<std::string, std::less<>>& supported() {
       "definitions", "uniqueItems", "$id", "pattern", "format", "oneOf", "minimum", "maximum", "exclusiveMinimum",
       "exclusiveMaximum", "allOf", "unevaluatedProperties", "multipleOf", "prefixItems", "additionalItems", "not",
       "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "minProperties", "maxProperties",
-      "patternProperties", "propertyNames"};
+      "patternProperties", "propertyNames", "contains", "minContains", "maxContains"};
   return keys;
 }
 
 // The assertions and applicators of JSON Schema (drafts 4 to 2020-12) that it cannot enforce.
 // Every keyword in neither list is an annotation.
 const std::set<std::string, std::less<>>& unsupported_set() {
-  static const std::set<std::string, std::less<>> keys = {"contains", "minContains", "maxContains",
-                                                          "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
+  static const std::set<std::string, std::less<>> keys = {"unevaluatedItems", "$dynamicRef", "$recursiveRef"};
   return keys;
 }
 
@@ -353,7 +352,7 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
              "propertyNames"}))
       types.push_back("object");
-    if (has({"items", "minItems", "maxItems", "prefixItems"})) types.push_back("array");
+    if (has({"items", "minItems", "maxItems", "prefixItems", "contains"})) types.push_back("array");
     if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) types.push_back("number");
     if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && known_format(s["format"].get<std::string>())))
       types.push_back("string");
@@ -746,7 +745,41 @@ std::optional<ByteDfa> SchemaCompiler::name_automaton(Doc& d, const Json& n) {
   return dfa;
 }
 
+// contains (minContains, maxContains): the first minContains items meet both items and
+// contains, the rest meet items (and, under maxContains, not contains): always valid.
+NodeId SchemaCompiler::compile_contains(Doc& d, const Json& s, size_t depth) {
+  Json plain = s;
+  for (const char* k : {"contains", "minContains", "maxContains"}) plain.erase(k);
+  if (s.contains("prefixItems") || (s.contains("items") && s["items"].is_array())) {
+    unsupported(d, "contains", "\"contains\" beside a tuple (prefixItems, items as a list) is not supported");
+    return compile_array(d, plain, depth);
+  }
+  auto count = [&](const char* key, uint64_t fallback) {
+    if (!s.contains(key)) return fallback;
+    if (!s[key].is_number_unsigned()) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    return s[key].get<uint64_t>();
+  };
+  const uint64_t least = count("minContains", 1);
+  const std::optional<uint64_t> most = s.contains("maxContains") ? std::optional<uint64_t>(count("maxContains", 0)) : std::nullopt;
+  if (most && least > *most) d.error("minContains", "\"minContains\" is larger than \"maxContains\"");
+  if (s.contains("maxItems") && s["maxItems"].is_number_unsigned() && s["maxItems"].get<uint64_t>() < least)
+    d.error("minContains", fmt::format("{} items must meet \"contains\", but \"maxItems\" is {}", least,
+                                       s["maxItems"].get<uint64_t>()));
+  if (least > 64) {
+    unsupported(d, "minContains", fmt::format("\"minContains\": {}: at most 64 are supported", least));
+    return compile_array(d, plain, depth);
+  }
+  const Json item = s.contains("items") ? s["items"] : Json(true);
+  const Json& wanted = s["contains"];
+  plain["items"] = most ? Json{{"allOf", Json::array({item, Json{{"not", wanted}}})}} : item;
+  if (least > 0) plain["prefixItems"] = Json::array();
+  for (uint64_t i = 0; i < least; ++i) plain["prefixItems"].push_back(Json{{"allOf", Json::array({item, wanted})}});
+  PathGuard guard(d.path, "contains");
+  return compile_array(d, plain, depth);
+}
+
 NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
+  if (s.contains("contains")) return compile_contains(d, s, depth);
   auto bound = [&](const char* key, uint32_t fallback) {
     if (!s.contains(key)) return fallback;
     const Json& v = s[key];

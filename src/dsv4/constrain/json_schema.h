@@ -135,6 +135,7 @@ class SchemaCompiler {
   NodeId compile_literal(Doc& d, const Json& s, const std::vector<std::string>& types, const Excluded& ex);
   NodeId compile_object(Doc& d, const Json& s, size_t depth);
   NodeId compile_array(Doc& d, const Json& s, size_t depth);
+  NodeId compile_contains(Doc& d, const Json& s, size_t depth);
   NodeId compile_tuple(Doc& d, const Json& s, const char* prefix_key, const char* rest_key, uint32_t lo, uint32_t hi,
                        size_t depth);
   NodeId compile_string(Doc& d, const Json& s, const std::vector<std::string>& excluded);

@@ -136,7 +136,7 @@ std::set<std::string> admitted_types(const Json& s, bool generated) {
   if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
            "propertyNames"}))
     out.insert("object");
-  if (has({"items", "minItems", "maxItems", "prefixItems"})) out.insert("array");
+  if (has({"items", "minItems", "maxItems", "prefixItems", "contains"})) out.insert("array");
   if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && s["format"].is_string() &&
                                                      known_format(s["format"].get<std::string>())))
     out.insert("string");
@@ -466,6 +466,8 @@ std::vector<Alternative> Rewriter::negate(const Json& n_in, int depth, const cha
       const char* opposite = key == "minimum" ? "exclusiveMaximum" : key == "exclusiveMinimum" ? "maximum"
                              : key == "maximum" ? "exclusiveMinimum" : "minimum";
       scoped("number", Json{{opposite, v}});
+    } else if (key == "contains" && !n.contains("minContains") && !n.contains("maxContains")) {
+      scoped("array", Json{{"items", Json{{"not", v}}}});  // no item meets it
     } else if ((key == "minLength" || key == "minItems") && v.is_number_unsigned()) {
       if (v.get<uint64_t>() > 0)
         scoped(key == "minLength" ? "string" : "array", Json{{key == "minLength" ? "maxLength" : "maxItems", v.get<uint64_t>() - 1}});

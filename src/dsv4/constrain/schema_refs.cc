@@ -114,6 +114,7 @@ class Resolver {
     if (!s.is_object() || depth > kMaxWalkDepth) return;
     base = base_of(s, pointer, base, depth == 0);
     if (s.contains("$ref") && s["$ref"].is_string() && !s["$ref"].get<std::string>().starts_with("#")) needed_ = true;
+    if (s.contains("$recursiveRef") || s.contains("$dynamicRef")) needed_ = true;
     for (const char* anchor : {"$anchor", "$dynamicAnchor"})
       if (s.contains(anchor) && s[anchor].is_string())
         anchors_.emplace(without_fragment(base) + "#" + s[anchor].get<std::string>(), pointer);
@@ -133,6 +134,16 @@ class Resolver {
         }
       }
     }
+    // In a document of one resource the dynamic scope has one place to look, so
+    // $recursiveRef and $dynamicRef name what $ref would.
+    for (const char* dynamic : {"$recursiveRef", "$dynamicRef"})
+      if (s.contains(dynamic) && s[dynamic].is_string() && !s.contains("$ref") && resources_.size() == 1) {
+        if (const auto local = locate(resolve_uri(base, s[dynamic].get<std::string>()))) {
+          s["$ref"] = *local;
+          s.erase(dynamic);
+          changed_ = true;
+        }
+      }
     for_children_mut(s, pointer, [&](Json& child, const std::string& at) { rewrite(child, at, base, depth + 1); });
   }
 
