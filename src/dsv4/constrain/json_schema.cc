@@ -47,6 +47,18 @@ const std::set<std::string, std::less<>>& unsupported_set() {
   return keys;
 }
 
+// A count keyword's value (minLength, maxItems, …): a non-negative integer, also written as a
+// whole float (2.0), as JSON Schema allows.
+std::optional<uint64_t> count_value(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) return std::nullopt;  // negative
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    if (x >= 0 && x <= 9007199254740992.0 && std::floor(x) == x) return static_cast<uint64_t>(x);
+  }
+  return std::nullopt;
+}
+
 std::string escaped_key(const std::string& key) {
   std::string out;
   for (char c : key) out += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
@@ -271,9 +283,11 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     std::vector<NodeId> nodes;
     PathGuard guard(d.path, "anyOf");
     for (size_t i = 0; i < alts.size(); ++i) {
+      if (alts[i] == Json(false)) continue;  // matches nothing
       PathGuard index(d.path, fmt::format("[{}]", i));
       nodes.push_back(compile_schema(d, alts[i], depth + 1));
     }
+    if (nodes.empty()) d.error("", "every alternative of \"anyOf\" is false: no value satisfies it");
     return g_.any_of(std::move(nodes));
   }
 
@@ -309,9 +323,11 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     std::vector<NodeId> nodes;
     PathGuard guard(d.path, "oneOf");
     for (size_t i = 0; i < alts.size(); ++i) {
+      if (alts[i] == Json(false)) continue;  // matches nothing
       PathGuard index(d.path, fmt::format("[{}]", i));
       nodes.push_back(compile_schema(d, alts[i], depth + 1));
     }
+    if (nodes.empty()) d.error("", "every alternative of \"oneOf\" is false: no value satisfies it");
     return g_.any_of(std::move(nodes));
   }
 
@@ -438,8 +454,25 @@ NodeId SchemaCompiler::compile_merged(Doc& d, const Json& s, size_t depth) {
       if (keyword.empty() && s.contains(k)) keyword = k;
     d.error(keyword, "no value satisfies every part of the schema (their types, constants or required names never meet)");
   }
+  // An alternative that cannot be compiled (no value satisfies one of its properties, say) is
+  // left out: the others still give only valid answers. None left: the first one's error.
   std::vector<NodeId> nodes;
-  for (const Json& alternative : alternatives) nodes.push_back(compile_schema(d, alternative, depth + 1));
+  std::optional<SchemaError> first;
+  for (const Json& alternative : alternatives) {
+    const auto refs = d.refs;
+    const size_t containers = d.containers;
+    const size_t dropped = dropped_.size();
+    try {
+      nodes.push_back(compile_schema(d, alternative, depth + 1));
+    } catch (const SchemaError& e) {
+      if (alternatives.size() == 1) throw;
+      if (!first) first = e;
+      d.refs = refs;  // targets begun inside it were never finished
+      d.containers = containers;
+      dropped_.erase(dropped_.begin() + static_cast<std::ptrdiff_t>(dropped), dropped_.end());
+    }
+  }
+  if (nodes.empty()) throw *first;
   return g_.any_of(std::move(nodes));
 }
 
@@ -584,6 +617,7 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
     ByteDfa dfa;
   };
   std::vector<KeyPattern> patterns;
+  std::vector<ByteDfa> forbidden_patterns;
   if (s.contains("patternProperties")) {
     const Json& pp = s["patternProperties"];
     if (!pp.is_object()) d.error("patternProperties", "\"patternProperties\" must be an object");
@@ -591,6 +625,10 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
       try {
         ByteDfa dfa = regex_dfa(pattern, automaton_budget(d, "patternProperties"));
         automaton_states_ += dfa.size();
+        if (schema == Json(false)) {  // keys it matches are forbidden
+          forbidden_patterns.push_back(std::move(dfa));
+          continue;
+        }
         patterns.push_back({pattern, &schema, std::move(dfa)});
       } catch (const SchemaError&) {
         throw;
@@ -611,7 +649,11 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
     const Json all = Json{{"allOf", std::move(parts)}};
     return compile_schema(d, all, depth + 1);
   };
-  auto name_allowed = [&](const std::string& name) { return !names || full_match(*names, name); };
+  auto name_allowed = [&](const std::string& name) {
+    for (const ByteDfa& f : forbidden_patterns)
+      if (full_match(f, name)) return false;
+    return !names || full_match(*names, name);
+  };
 
   std::vector<Property> properties;
   auto key_text = [&](const std::string& name) {
@@ -625,10 +667,13 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
     PathGuard guard(d.path, "properties");
     for (const auto& [name, schema] : props->items()) {
       PathGuard key(d.path, name);
-      if (schema == Json(false) || !name_allowed(name)) {
+      // false, or not of a schema that asserts nothing: no value, so the name is forbidden.
+      const bool never = schema == Json(false) ||
+                         (schema.is_object() && schema.contains("not") && asserts_nothing(schema["not"]));
+      if (never || !name_allowed(name)) {
         if (is_required(name))
           d.error("", fmt::format("\"{}\" is required, but {}", name,
-                                  schema == Json(false) ? "its schema is false" : "\"propertyNames\" does not allow it"));
+                                  never ? "its schema admits no value" : "\"propertyNames\" does not allow it"));
         forbidden.push_back(name);
         continue;
       }
@@ -663,7 +708,7 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
   // for; else additionalProperties' keys. propertyNames narrows them; declared names are
   // left out of the automaton.
   NodeId free_key = kNoNode;
-  if (!patterns.empty() || names) {
+  if (!patterns.empty() || names || !forbidden_patterns.empty()) {
     std::optional<ByteDfa> keys;
     NodeId value = additional;
     if (!patterns.empty()) {
@@ -682,6 +727,7 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
     if (keys) {
       try {
         if (names) keys = intersect(*keys, *names, automaton_budget(d, "propertyNames"));
+        for (const ByteDfa& f : forbidden_patterns) keys = subtract(*keys, f, automaton_budget(d, "patternProperties"));
         std::vector<std::string> taken = forbidden;
         for (const Property& p : properties) taken.push_back(p.name);
         if (!taken.empty()) keys = subtract(*keys, literal_set_dfa(taken), automaton_budget(d, "properties"));
@@ -700,9 +746,9 @@ NodeId SchemaCompiler::compile_object(Doc& d, const Json& s, size_t depth) {
   // minProperties / maxProperties where the shape already decides them.
   auto count = [&](const char* key) -> std::optional<uint64_t> {
     if (!s.contains(key)) return std::nullopt;
-    const Json& v = s[key];
-    if (!v.is_number_unsigned()) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
-    return v.get<uint64_t>();
+    const std::optional<uint64_t> v = count_value(s[key]);
+    if (!v) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    return v;
   };
   if (const auto lo = count("minProperties"); lo && *lo > required.size())
     unsupported(d, "minProperties", fmt::format("\"minProperties\": {} is more than the {} required properties; only "
@@ -756,15 +802,15 @@ NodeId SchemaCompiler::compile_contains(Doc& d, const Json& s, size_t depth) {
   }
   auto count = [&](const char* key, uint64_t fallback) {
     if (!s.contains(key)) return fallback;
-    if (!s[key].is_number_unsigned()) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
-    return s[key].get<uint64_t>();
+    const std::optional<uint64_t> v = count_value(s[key]);
+    if (!v) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    return *v;
   };
   const uint64_t least = count("minContains", 1);
   const std::optional<uint64_t> most = s.contains("maxContains") ? std::optional<uint64_t>(count("maxContains", 0)) : std::nullopt;
   if (most && least > *most) d.error("minContains", "\"minContains\" is larger than \"maxContains\"");
-  if (s.contains("maxItems") && s["maxItems"].is_number_unsigned() && s["maxItems"].get<uint64_t>() < least)
-    d.error("minContains", fmt::format("{} items must meet \"contains\", but \"maxItems\" is {}", least,
-                                       s["maxItems"].get<uint64_t>()));
+  if (const auto max_items = s.contains("maxItems") ? count_value(s["maxItems"]) : std::nullopt; max_items && *max_items < least)
+    d.error("minContains", fmt::format("{} items must meet \"contains\", but \"maxItems\" is {}", least, *max_items));
   if (least > 64) {
     unsupported(d, "minContains", fmt::format("\"minContains\": {}: at most 64 are supported", least));
     return compile_array(d, plain, depth);
@@ -782,11 +828,9 @@ NodeId SchemaCompiler::compile_array(Doc& d, const Json& s, size_t depth) {
   if (s.contains("contains")) return compile_contains(d, s, depth);
   auto bound = [&](const char* key, uint32_t fallback) {
     if (!s.contains(key)) return fallback;
-    const Json& v = s[key];
-    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
-      d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
-    const uint64_t x = v.get<uint64_t>();
-    return static_cast<uint32_t>(std::min<uint64_t>(x, kUnbounded - 1));
+    const std::optional<uint64_t> x = count_value(s[key]);
+    if (!x) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    return static_cast<uint32_t>(std::min<uint64_t>(*x, kUnbounded - 1));
   };
   const uint32_t lo = bound("minItems", 0), hi = bound("maxItems", kUnbounded);
   if (lo > hi) d.error("minItems", "\"minItems\" is larger than \"maxItems\": no array can satisfy both");
@@ -1052,10 +1096,9 @@ NodeId SchemaCompiler::bounded_number(Doc& d, std::optional<ByteDfa> bounds, uin
 std::pair<uint32_t, uint32_t> SchemaCompiler::string_lengths(Doc& d, const Json& s) {
   auto bound = [&](const char* key, uint32_t fallback) {
     if (!s.contains(key)) return fallback;
-    const Json& v = s[key];
-    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
-      d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
-    return static_cast<uint32_t>(std::min<uint64_t>(v.get<uint64_t>(), kUnbounded - 1));
+    const std::optional<uint64_t> x = count_value(s[key]);
+    if (!x) d.error(key, fmt::format("\"{}\" must be a non-negative integer", key));
+    return static_cast<uint32_t>(std::min<uint64_t>(*x, kUnbounded - 1));
   };
   const uint32_t lo = bound("minLength", 0), hi = bound("maxLength", kUnbounded);
   if (lo > hi) d.error("minLength", "\"minLength\" is larger than \"maxLength\": no string can satisfy both");

@@ -167,8 +167,27 @@ bool fails_other(const Json& root, const Json& a_in, const Json& b_in) {
   if (!types_overlap(admitted_types(a, true), admitted_types(b, false))) return true;
   const auto va = listed_values(a), vb = listed_values(b);
   if (va && vb) return values_disjoint(*va, *vb);
-  if (!a.is_object() || !b.is_object() || !a.contains("required") || !a["required"].is_array() ||
-      !a.contains("properties") || !b.contains("properties") || !a["properties"].is_object() || !b["properties"].is_object())
+  if (!a.is_object() || !b.is_object()) return false;
+  // A closed object (additionalProperties false) never has a name it does not declare: it
+  // fails a schema that requires one (only objects; "a" generates objects only then).
+  auto declares = [](const Json& s, const std::string& name) {
+    return s.contains("properties") && s["properties"].is_object() && s["properties"].contains(name) &&
+           s["properties"][name] != Json(false);
+  };
+  auto closed = [](const Json& s) { return s.contains("additionalProperties") && s["additionalProperties"] == Json(false); };
+  const bool a_objects = admitted_types(a, true) == std::set<std::string>{"object"};
+  if (a_objects && b.contains("required") && b["required"].is_array()) {
+    for (const Json& name : b["required"])
+      if (name.is_string() && closed(a) && !declares(a, name.get<std::string>()) &&
+          !(a.contains("patternProperties")))
+        return true;
+  }
+  if (a_objects && a.contains("required") && a["required"].is_array() && closed(b) && !b.contains("patternProperties")) {
+    for (const Json& name : a["required"])
+      if (name.is_string() && !declares(b, name.get<std::string>())) return true;  // b forbids what a always writes
+  }
+  if (!a.contains("required") || !a["required"].is_array() || !a.contains("properties") || !b.contains("properties") ||
+      !a["properties"].is_object() || !b["properties"].is_object())
     return false;
   for (const Json& name : a["required"]) {
     if (!name.is_string()) continue;
@@ -211,8 +230,8 @@ bool simple_exclusion(const Json& n) {
 }
 
 void collect_exclusion(const Json& n, std::vector<std::string>& types, std::vector<Json>& values) {
-  if (n.is_boolean()) {
-    if (n.get<bool>()) types = type_names();
+  if (asserts_nothing(n)) {  // not {} / not true: every value
+    types = type_names();
     return;
   }
   if (!n.is_object()) return;
@@ -270,7 +289,19 @@ size_t json_values(const Json& j, size_t cap) {
 struct Alternative {
   Json schema;
   std::vector<std::pair<uint32_t, uint32_t>> branches;
+  // What a "not" (or an "if" that failed) adds: merged only at the end, after every
+  // unevaluatedProperties has been applied, because what a negation declares evaluates nothing.
+  Json late = Json::object();
 };
+
+// Alternatives whose constraints all come late.
+std::vector<Alternative> as_late(std::vector<Alternative> alts) {
+  for (Alternative& a : alts) {
+    a.late = std::move(a.schema);
+    a.schema = Json::object();
+  }
+  return alts;
+}
 
 class Rewriter {
  public:
@@ -280,11 +311,26 @@ class Rewriter {
   // The values `n` does not admit, as alternatives (`keyword`: "not" or "if", for messages).
   std::vector<Alternative> negate(const Json& n, int depth, const char* keyword);
   void check_one_ofs(const std::vector<Alternative>& alts);
+  // Each alternative with its late part merged in (those that cannot hold left out).
+  std::vector<Alternative> fold_late(std::vector<Alternative> alts) {
+    std::vector<Alternative> out;
+    for (Alternative& a : alts) {
+      if (a.late.empty()) {
+        out.push_back(std::move(a));
+        continue;
+      }
+      std::optional<Json> m = merge(a.schema, a.late);
+      if (!m) continue;
+      out.push_back(Alternative{std::move(*m), std::move(a.branches), Json::object()});
+    }
+    return out;
+  }
 
  private:
   std::vector<Alternative> combine(const std::vector<Alternative>& a, const std::vector<Alternative>& b);
   std::optional<Json> merge(const Json& a, const Json& b);
   void merge_properties(const Json& a, const Json& b, Json& m);
+  void merge_items(const Json& a, const Json& b, Json& m);
   void spend(const Json& j) {
     const size_t n = json_values(j, c_.values_left + 1);
     if (n > c_.values_left) c_.error("allOf", "the schema's allOf / anyOf combinations are too large to merge");
@@ -366,12 +412,13 @@ std::vector<Alternative> Rewriter::expand(const Json& s, int depth) {
       }
     acc = combine(acc, all);
   }
-  if (s.contains("not") && !simple_exclusion(s["not"])) acc = combine(acc, negate(s["not"], depth + 1, "not"));
+  if (s.contains("not") && !simple_exclusion(s["not"])) acc = combine(acc, as_late(negate(s["not"], depth + 1, "not")));
   if (s.contains("if")) {
     // Exclusive branches: the condition and "then", or its negation and "else".
     const Json yes = s.contains("then") ? s["then"] : Json(true), no = s.contains("else") ? s["else"] : Json(true);
     std::vector<Alternative> branches = combine(expand(s["if"], depth + 1), expand(yes, depth + 1));
-    for (Alternative& a : combine(negate(s["if"], depth + 1, "if"), expand(no, depth + 1))) branches.push_back(std::move(a));
+    for (Alternative& a : combine(as_late(negate(s["if"], depth + 1, "if")), expand(no, depth + 1)))
+      branches.push_back(std::move(a));
     acc = combine(acc, branches);
   }
   // A dependency holds when its name is absent, or when the names / schema it asks for hold too.
@@ -444,6 +491,8 @@ std::vector<Alternative> Rewriter::negate(const Json& n_in, int depth, const cha
     if (!enforced_sibling(key, v)) continue;
     if (key == "type" || key == "const" || key == "enum") {
       add(Json{{"not", Json{{key, v}}}});
+    } else if (key == "not") {
+      add_all(expand(v, depth + 1));  // not not X: X
     } else if (key == "$ref") {
       const Json* target = ref_target(c_.root, v);
       if (!target) c_.error("$ref", fmt::format("\"{}\" does not name a part of this schema", v.dump()));
@@ -487,11 +536,15 @@ std::vector<Alternative> Rewriter::combine(const std::vector<Alternative>& a, co
     for (const Alternative& y : b) {
       std::optional<Json> m = merge(x.schema, y.schema);
       if (!m) continue;  // these two cannot both hold
+      std::optional<Json> late = x.late.empty() ? std::optional<Json>(y.late) : y.late.empty() ? std::optional<Json>(x.late)
+                                                                                               : merge(x.late, y.late);
+      if (!late) continue;
       if (out.size() >= c_.max_alternatives)
         c_.error("allOf", fmt::format("the combination of allOf / anyOf / oneOf gives more than {} alternatives",
                                       c_.max_alternatives));
       spend(*m);
-      Alternative z{std::move(*m), x.branches};
+      spend(*late);
+      Alternative z{std::move(*m), x.branches, std::move(*late)};
       z.branches.insert(z.branches.end(), y.branches.begin(), y.branches.end());
       out.push_back(std::move(z));
     }
@@ -520,6 +573,9 @@ std::optional<Json> Rewriter::merge(const Json& a, const Json& b) {
   Json m = a;
   for (const auto& [key, vb] : b.items()) {
     if (key == "properties" || key == "additionalProperties" || key == "enum" || key == "const") continue;
+    const bool tuple = a.contains("prefixItems") || b.contains("prefixItems") || (a.contains("items") && a["items"].is_array()) ||
+                       (b.contains("items") && b["items"].is_array());
+    if (tuple && (key == "items" || key == "prefixItems" || key == "additionalItems")) continue;  // merge_items
     if (!m.contains(key)) {
       m[key] = vb;
       continue;
@@ -581,6 +637,7 @@ std::optional<Json> Rewriter::merge(const Json& a, const Json& b) {
     m.erase("const");
     m["enum"] = values;
   }
+  merge_items(a, b, m);
   merge_properties(a, b, m);
   // A simple "not" that excludes every type or constant left.
   if (m.contains("not") && simple_exclusion(m["not"])) {
@@ -613,6 +670,38 @@ std::optional<Json> Rewriter::merge(const Json& a, const Json& b) {
         return std::nullopt;
     }
   return m;
+}
+
+// Items: position i meets what each side says of it (its prefixItems / list entry, else its
+// schema for the rest), the rest meets both rests. Only tuples need this; plain items were
+// merged as an allOf above.
+void Rewriter::merge_items(const Json& a, const Json& b, Json& m) {
+  auto prefix = [](const Json& s) -> const Json* {
+    if (s.contains("prefixItems") && s["prefixItems"].is_array()) return &s["prefixItems"];
+    if (s.contains("items") && s["items"].is_array()) return &s["items"];
+    return nullptr;
+  };
+  auto rest = [](const Json& s) -> Json {
+    if (s.contains("prefixItems")) return s.contains("items") ? s["items"] : Json(true);
+    if (s.contains("items") && s["items"].is_array()) return s.contains("additionalItems") ? s["additionalItems"] : Json(true);
+    return s.contains("items") ? s["items"] : Json(true);
+  };
+  const Json *pa = prefix(a), *pb = prefix(b);
+  if (!pa && !pb) return;
+  if (pa && pb && *pa == *pb && rest(a) == rest(b)) return;
+  auto both = [](const Json& x, const Json& y) -> Json {
+    if (asserts_nothing(x)) return y;
+    if (asserts_nothing(y) || x == y) return x;
+    return Json{{"allOf", Json::array({x, y})}};
+  };
+  const Json ra = rest(a), rb = rest(b);
+  Json items = Json::array();
+  const size_t n = std::max(pa ? pa->size() : 0, pb ? pb->size() : 0);
+  for (size_t i = 0; i < n; ++i)
+    items.push_back(both(pa && i < pa->size() ? (*pa)[i] : ra, pb && i < pb->size() ? (*pb)[i] : rb));
+  for (const char* k : {"prefixItems", "items", "additionalItems"}) m.erase(k);
+  m["prefixItems"] = std::move(items);
+  m["items"] = both(ra, rb);
 }
 
 // Each name's schema is what both sides say of it: their "properties" entry, else their
@@ -692,7 +781,7 @@ void Rewriter::check_one_ofs(const std::vector<Alternative>& alts) {
 
 std::vector<Json> plain_alternatives(MergeContext& c, const Json& s) {
   Rewriter r(c);
-  std::vector<Alternative> alts = r.expand(s, 0);
+  std::vector<Alternative> alts = r.fold_late(r.expand(s, 0));
   r.check_one_ofs(alts);
   std::vector<Json> out;
   for (Alternative& a : alts) out.push_back(std::move(a.schema));

@@ -104,9 +104,12 @@ bool schema_list(std::string_view k) { return k == "allOf" || k == "anyOf" || k 
 class Resolver {
  public:
   explicit Resolver(const Json& root) {
-    if (root.is_object() && root.contains("$schema") && root["$schema"].is_string() &&
-        root["$schema"].get<std::string>().find("draft-04") != std::string::npos)
-      id_key_ = "id";
+    const std::string dialect =
+        root.is_object() && root.contains("$schema") && root["$schema"].is_string() ? root["$schema"].get<std::string>() : "";
+    if (dialect.find("draft-04") != std::string::npos || dialect.find("draft-03") != std::string::npos) id_key_ = "id";
+    // Up to draft 7, a schema with "$ref" is that reference alone: its $id sets no base.
+    for (const char* old : {"draft-03", "draft-04", "draft-06", "draft-07"})
+      if (dialect.find(old) != std::string::npos) ref_hides_id_ = true;
   }
 
   // Pass 1: the resources (ids) and anchors, by absolute URI.
@@ -153,7 +156,7 @@ class Resolver {
 
  private:
   std::string base_of(const Json& s, const std::string& pointer, const std::string& base, bool record) {
-    if (!s.contains(id_key_) || !s[id_key_].is_string()) {
+    if (!s.contains(id_key_) || !s[id_key_].is_string() || (ref_hides_id_ && s.contains("$ref"))) {
       if (record || pointer.empty()) resources_.emplace(without_fragment(base), pointer);
       return base;
     }
@@ -198,6 +201,7 @@ class Resolver {
   void for_children_mut(Json& s, const std::string& pointer, F&& f) { children<Json>(s, pointer, f); }
 
   std::string id_key_ = "$id";
+  bool ref_hides_id_ = false;
   std::map<std::string, std::string> resources_, anchors_;  // absolute URI -> pointer
   bool needed_ = false, changed_ = false;
 };
