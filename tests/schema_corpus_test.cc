@@ -6,12 +6,12 @@
 // the declared order, no \u escapes in patterns, …; docs/constrained-decoding.md).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
 
 #include "grammar_util.h"
+#include "test_util.h"
 
 namespace dsv4::constrain {
 namespace {
@@ -40,7 +40,6 @@ void run_corpus(const std::string& file, Tally& t, std::vector<std::string>& uns
     try {
       g = content_grammar(entry["schema"]);
     } catch (const SchemaError& e) {
-      if (std::getenv("DSV4_CORPUS_VERBOSE")) std::printf("refused %s: %s\n", entry["name"].get<std::string>().c_str(), e.what());
       ++t.refused_by[e.keyword().empty() ? std::string(e.reason()).substr(0, 40) : e.keyword()];
       continue;
     } catch (const Error& e) {  // a grammar no finite text matches, say
@@ -78,6 +77,31 @@ TEST(SchemaCorpus, InvalidInstancesAreRejected) {
                 file, t.compiled, t.schemas, t.valid_accepted, t.valid, t.invalid_rejected, t.invalid, t.apart, refused.c_str());
     EXPECT_GT(t.compiled, 0);
   }
+}
+
+// dsv4 bench schemas walks a corpus with the real vocabulary: its counts are the byte-level
+// ones, and every mask is timed.
+TEST(SchemaCorpus, BenchCommandWalksTheCorpusWithTheRealVocabulary) {
+  test::TempDir dir;
+  test::write_file(dir / "tiny.jsonl",
+                   R"({"name": "a", "schema": {"type": "string", "maxLength": 3}, "valid": ["ab", "abc"], "invalid": ["abcd", 1]})"
+                   "\n"
+                   R"({"name": "b", "schema": {"uniqueItems": true}, "valid": [[1]], "invalid": [[1, 1]]})"
+                   "\n");
+  const auto r = test::run_dsv4("bench schemas --json --corpus " + dir.path(), "", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json doc = Json::parse(r.out);
+  const Json& tiny = doc["tiny.jsonl"];
+  EXPECT_EQ(tiny["schemas"], 2);
+  EXPECT_EQ(tiny["compiled"], 1);
+  EXPECT_EQ(tiny["valid_accepted"], 2);
+  EXPECT_EQ(tiny["invalid_rejected"], 2);
+  EXPECT_GT(doc["mask_us"]["count"].get<int>(), 4);
+  EXPECT_GT(doc["mask_us"]["max"].get<double>(), 0.0);
+  EXPECT_EQ(doc["compile_ms"]["count"], 1);
+  // A folder without corpus files is one clear error.
+  const auto empty = test::run_dsv4("bench schemas --corpus " + (dir / "none"), "", 60);
+  EXPECT_NE(empty.exit_code, 0);
 }
 
 }  // namespace

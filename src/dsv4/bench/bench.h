@@ -22,6 +22,14 @@ struct BenchKernelsOptions {
 };
 int bench_kernels(const BenchKernelsOptions& o);
 
+// ---- bench schemas (constrained decoding over the JSON Schema corpus) ----
+struct BenchSchemasOptions {
+  std::string corpus;     // folder of .jsonl files: {"name", "schema", "valid": [...], "invalid": [...]}
+  std::string tokenizer;  // tokenizer.json of the vocabulary the masks cover
+  bool json = false;
+};
+int bench_schemas(const BenchSchemasOptions& o);
+
 // dsv4 bench -m DIR (the model benchmark; `dsv4 bench kernels` is the kernel one).
 struct BenchModelOptions {
   ModelOptions model;

