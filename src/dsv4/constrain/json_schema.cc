@@ -543,7 +543,8 @@ NodeId SchemaCompiler::compile_literal(Doc& d, const Json& s, const std::vector<
   std::vector<std::string> texts;
   std::set<std::string> seen;
   // String keywords beside the values drop the strings that break them.
-  const auto [min_chars, max_chars] = string_lengths(d, s);
+  const std::pair<uint32_t, uint32_t> lengths = string_lengths(d, s);
+  const uint32_t min_chars = lengths.first, max_chars = lengths.second;
   const std::optional<ByteDfa> text = text_automaton(d, s);
   auto string_fits = [&](const std::string& str) {
     uint64_t chars = 0;
