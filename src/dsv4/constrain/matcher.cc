@@ -284,8 +284,12 @@ class CompiledConstraint::Run final : public ConstrainedRun {
     for (size_t w = 0; w < full; ++w) {
       const uint64_t word = bits[w];
       if (word == ~uint64_t{0}) continue;
-      // A select, not a branch: allowed bits are scattered (tokens that start mid-character...).
       float* p = l + w * 64;
+      if (word == 0) {  // most words of a narrow mask: a plain fill
+        std::fill_n(p, 64, kOff);
+        continue;
+      }
+      // A select, not a branch: allowed bits are scattered (tokens that start mid-character...).
       for (int b = 0; b < 64; ++b) p[b] = ((word >> b) & 1) ? p[b] : kOff;
     }
     for (size_t i = full * 64; i < have; ++i)
