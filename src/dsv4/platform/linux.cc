@@ -56,6 +56,7 @@ int open_unbuffered(const std::string& path) {
 
 bool sync_data(int fd) { return ::fdatasync(fd) == 0; }
 void drop_cached_pages(int fd) { ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); }
+void advise_read(int, uint64_t, uint64_t) {}  // O_DIRECT reads go straight to the device
 
 // Maps one huge page more than needed and keeps the 2 MiB-aligned part. The mapping is not
 // rounded up to whole huge pages, so the tail stays in 4 KiB pages and RSS is unchanged.

@@ -23,8 +23,7 @@ std::unique_ptr<ReadQueue> make_native_read_queue(int, ReadQueue::Done, std::sha
 namespace platform {
 
 // The OS cache is bypassed per descriptor (F_NOCACHE); reads need no alignment, but the
-// callers align them anyway. The whole file is announced to the read-ahead (F_RDADVISE is
-// advisory: a failure changes nothing).
+// callers align them anyway. The pread workers announce each read (advise_read, F_RDADVISE).
 int open_unbuffered(const std::string& path) {
   const int fd = open_read(path);
   if (fd < 0) return -1;
@@ -38,6 +37,13 @@ int open_unbuffered(const std::string& path) {
 
 bool sync_data(int fd) { return ::fcntl(fd, F_FULLFSYNC) == 0 || ::fsync(fd) == 0; }
 void drop_cached_pages(int fd) { ::fcntl(fd, F_NOCACHE, 1); }
+
+void advise_read(int fd, uint64_t offset, uint64_t length) {
+  radvisory advice{};
+  advice.ra_offset = static_cast<off_t>(offset);
+  advice.ra_count = static_cast<int>(std::min<uint64_t>(length, 1u << 30));
+  ::fcntl(fd, F_RDADVISE, &advice);  // advisory: a failure changes nothing
+}
 
 uint8_t* allocate_pages(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + kDirectAlign - 1) / kDirectAlign * kDirectAlign;

@@ -54,6 +54,10 @@ int64_t write(int fd, const void* src, size_t length);
 bool sync_data(int fd);
 // Advisory: the written pages may leave the OS cache (after sync_data).
 void drop_cached_pages(int fd);
+// Advisory: [offset, offset + length) is about to be read by the pread workers (macOS
+// F_RDADVISE, which starts the read-ahead an F_NOCACHE descriptor otherwise lacks; a no-op
+// where the queue's reads need no hint).
+void advise_read(int fd, uint64_t offset, uint64_t length);
 // rename(2): replaces `to` if it exists (Windows: MoveFileEx with REPLACE_EXISTING).
 bool rename_replace(const std::string& from, const std::string& to);
 bool remove_file(const std::string& path);

@@ -92,6 +92,7 @@ class ThreadReadQueue final : public ReadQueue {
 
   void read_op(ReadOutcome& outcome, ReadOp& op) {
     uint64_t got = 0;
+    platform::advise_read(op.fd, op.offset, op.needed);
     while (got < op.needed) {
       const uint64_t at = op.offset + got;
       ++outcome.requests;

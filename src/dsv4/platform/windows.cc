@@ -231,6 +231,7 @@ bool sync_data(int fd) {
 }
 
 void drop_cached_pages(int) {}  // Windows trims its file cache itself
+void advise_read(int, uint64_t, uint64_t) {}  // unbuffered reads go straight to the device
 void sync_directory(const std::string&) {}  // NTFS journals the rename
 
 bool rename_replace(const std::string& from, const std::string& to) {
