@@ -280,15 +280,7 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
     if (alts.size() > limits_.max_alternatives)
       d.error("anyOf", fmt::format("\"anyOf\" has {} alternatives; at most {} are supported", alts.size(),
                                    limits_.max_alternatives));
-    std::vector<NodeId> nodes;
-    PathGuard guard(d.path, "anyOf");
-    for (size_t i = 0; i < alts.size(); ++i) {
-      if (alts[i] == Json(false)) continue;  // matches nothing
-      PathGuard index(d.path, fmt::format("[{}]", i));
-      nodes.push_back(compile_schema(d, alts[i], depth + 1));
-    }
-    if (nodes.empty()) d.error("", "every alternative of \"anyOf\" is false: no value satisfies it");
-    return g_.any_of(std::move(nodes));
+    return compile_alternatives(d, alts, "anyOf", depth);
   }
 
   // oneOf beside other enforced keywords would be an intersection: refused (not strict: the
@@ -320,15 +312,7 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
           i = alts.size();
           break;
         }
-    std::vector<NodeId> nodes;
-    PathGuard guard(d.path, "oneOf");
-    for (size_t i = 0; i < alts.size(); ++i) {
-      if (alts[i] == Json(false)) continue;  // matches nothing
-      PathGuard index(d.path, fmt::format("[{}]", i));
-      nodes.push_back(compile_schema(d, alts[i], depth + 1));
-    }
-    if (nodes.empty()) d.error("", "every alternative of \"oneOf\" is false: no value satisfies it");
-    return g_.any_of(std::move(nodes));
+    return compile_alternatives(d, alts, "oneOf", depth);
   }
 
   std::vector<std::string> types;
@@ -360,18 +344,7 @@ NodeId SchemaCompiler::compile_schema(Doc& d, const Json& s, size_t depth) {
 
   if (types.empty()) {
     // No type: the types the keywords describe, or any value.
-    auto has = [&](std::initializer_list<const char*> keys) {
-      for (const char* k : keys)
-        if (s.contains(k)) return true;
-      return false;
-    };
-    if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
-             "propertyNames"}))
-      types.push_back("object");
-    if (has({"items", "minItems", "maxItems", "prefixItems", "contains"})) types.push_back("array");
-    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) types.push_back("number");
-    if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && known_format(s["format"].get<std::string>())))
-      types.push_back("string");
+    types = implied_types(s);
     if (types.empty() && ex.types.empty() && ex.values.empty()) return any_value(d.safe);
     if (types.empty()) types = {"object", "array", "string", "number", "boolean", "null"};
   }
@@ -428,6 +401,19 @@ SchemaCompiler::Excluded SchemaCompiler::excluded(Doc& d, const Json& n) {
   }
   collect_exclusion(n, out.types, out.values);
   return out;
+}
+
+// The alternatives of anyOf / oneOf, each at its index; false ones match nothing and are left out.
+NodeId SchemaCompiler::compile_alternatives(Doc& d, const Json& alts, const char* keyword, size_t depth) {
+  std::vector<NodeId> nodes;
+  PathGuard guard(d.path, keyword);
+  for (size_t i = 0; i < alts.size(); ++i) {
+    if (alts[i] == Json(false)) continue;
+    PathGuard index(d.path, fmt::format("[{}]", i));
+    nodes.push_back(compile_schema(d, alts[i], depth + 1));
+  }
+  if (nodes.empty()) d.error("", fmt::format("every alternative of \"{}\" is false: no value satisfies it", keyword));
+  return g_.any_of(std::move(nodes));
 }
 
 // Annotations pass; assertions this compiler cannot enforce are refused or dropped.

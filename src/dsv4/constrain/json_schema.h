@@ -126,6 +126,7 @@ class SchemaCompiler {
   NodeId compile_schema(Doc& d, const Json& s, size_t depth);
   NodeId compile_ref(Doc& d, const Json& s, size_t depth);
   NodeId compile_merged(Doc& d, const Json& s, size_t depth);
+  NodeId compile_alternatives(Doc& d, const Json& alts, const char* keyword, size_t depth);
   // What a simple "not" excludes: types and constants.
   struct Excluded {
     std::vector<std::string> types;

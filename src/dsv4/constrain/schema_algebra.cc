@@ -81,6 +81,24 @@ const Json& follow_refs(const Json& root, const Json& s) {
   return *at;
 }
 
+std::vector<std::string> implied_types(const Json& s) {
+  auto has = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (s.contains(k)) return true;
+    return false;
+  };
+  std::vector<std::string> out;
+  if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
+           "propertyNames"}))
+    out.push_back("object");
+  if (has({"items", "minItems", "maxItems", "prefixItems", "contains"})) out.push_back("array");
+  if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) out.push_back("number");
+  if (has({"minLength", "maxLength", "pattern"}) ||
+      (s.contains("format") && s["format"].is_string() && known_format(s["format"].get<std::string>())))
+    out.push_back("string");
+  return out;
+}
+
 bool asserts_nothing(const Json& s) {
   if (s.is_boolean()) return s.get<bool>();
   if (!s.is_object()) return false;
@@ -127,21 +145,8 @@ std::set<std::string> admitted_types(const Json& s, bool generated) {
     return out;
   }
   if (!generated) return all;
-  std::set<std::string> out;
-  auto has = [&](std::initializer_list<const char*> keys) {
-    for (const char* k : keys)
-      if (s.contains(k)) return true;
-    return false;
-  };
-  if (has({"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
-           "propertyNames"}))
-    out.insert("object");
-  if (has({"items", "minItems", "maxItems", "prefixItems", "contains"})) out.insert("array");
-  if (has({"minLength", "maxLength", "pattern"}) || (s.contains("format") && s["format"].is_string() &&
-                                                     known_format(s["format"].get<std::string>())))
-    out.insert("string");
-  if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) out.insert("number");
-  return out.empty() ? all : out;
+  const std::vector<std::string> implied = implied_types(s);
+  return implied.empty() ? all : std::set<std::string>(implied.begin(), implied.end());
 }
 
 bool types_overlap(const std::set<std::string>& a, const std::set<std::string>& b) {

@@ -28,6 +28,9 @@ bool value_has_type(const Json& v, const std::string& t);
 std::string percent_decode(const std::string& s);
 // The schema a chain of local $refs leads to (bounded; a ref it cannot follow stays).
 const Json& follow_refs(const Json& root, const Json& s);
+// The types a schema without "type" implies by its keywords, in the order the compiler writes
+// them (object, array, number, string; empty: none, any value).
+std::vector<std::string> implied_types(const Json& s);
 // Whether every value the compiler generates from `a` fails `b` (a sound test: false when unsure).
 bool fails_other(const Json& root, const Json& a, const Json& b);
 // Whether `s` asserts nothing (true, or an object of annotations only).
