@@ -39,6 +39,8 @@ fields = [("TTFT s", lambda j: j["ttft_s"]),
           ("ranges/expert", lambda j: j["details"]["ranges_per_expert"]),
           ("requests/expert", lambda j: j["details"]["read_requests_per_expert"]),
           ("prefill req/expert", lambda j: j["details"]["prefill_requests_per_expert"]),
+          ("merged/expert", lambda j: j["details"]["merged_windows_per_expert"]),
+          ("prefill merged/exp", lambda j: j["details"]["prefill_merged_windows_per_expert"]),
           ("SSD GB/s", lambda j: j["ssd_gbps_measured"])]
 off, con = load("official"), load("contiguous")
 print("plan:", off[0]["details"]["plan"])

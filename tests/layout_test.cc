@@ -162,6 +162,42 @@ TEST(Relayout, ExpertReadPlans) {
   EXPECT_EQ(census.straddling, 1);
 }
 
+// In the official layout a layer's scales are one run in the file, sorted by name: each
+// expert's scales are followed by those of the next expert in name order ("0", "1", "10",
+// "11", ...), which is what lets the store read neighbours' scales as one request.
+TEST(Relayout, NeighboursInTheFile) {
+  const Relaid& r = relaid("flashlike");
+  Checkpoint official = Checkpoint::open(r.official);
+  ExpertLayout a(official);
+  const int n = official.config().n_routed_experts;
+  for (int l = 0; l < official.config().num_layers; ++l) {
+    // Experts by name, each with the shard its scales are in.
+    std::vector<std::pair<int, std::string>> names;
+    for (int e = 0; e < n; ++e) {
+      ASSERT_GE(a.small_window(l, e), 1) << "the scales: after the weights";
+      names.push_back({a.plan(l, e).windows[static_cast<size_t>(a.small_window(l, e))].shard, std::to_string(e)});
+    }
+    std::sort(names.begin(), names.end());
+    int links = 0;
+    for (int e = 0; e < n; ++e) {
+      const int f = a.next_in_file(l, e);
+      if (f < 0) continue;
+      ++links;
+      EXPECT_EQ(a.previous_in_file(l, f), e);
+      const int shard = a.plan(l, e).windows[static_cast<size_t>(a.small_window(l, e))].shard;
+      const auto pos = std::find(names.begin(), names.end(), std::make_pair(shard, std::to_string(e)));
+      ASSERT_NE(pos + 1, names.end());
+      EXPECT_EQ((pos + 1)->second, std::to_string(f)) << "layer " << l;
+      const ReadWindow &x = a.plan(l, e).windows[static_cast<size_t>(a.small_window(l, e))],
+                       &y = a.plan(l, f).windows[static_cast<size_t>(a.small_window(l, f))];
+      EXPECT_LE(y.file_offset, x.file_offset + x.length);
+      EXPECT_GE(y.file_offset + kDirectAlign, x.file_offset + x.length);
+    }
+    // One run per layer, broken only where an expert lies in another shard (the fixture splits one).
+    EXPECT_GE(links, n - 3) << "layer " << l;
+  }
+}
+
 // synth writes the official layout by default (one shard per layer, no expert split) and the
 // contiguous one on request, with the same tensor bytes.
 TEST(Synth, OfficialLayoutByDefault) {
@@ -198,7 +234,7 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << (c.streamed ? " min" : " resident"); }
 
-std::vector<float> run(const std::string& dir, const Case& c) {
+std::vector<float> run(const std::string& dir, const Case& c, ExpertStats* stats = nullptr) {
   const Json ref = Json::parse(test::read_file(dir + "/reference.json"));
   LoadOptions o;
   o.engine.numerics = c.numerics;
@@ -223,6 +259,7 @@ std::vector<float> run(const std::string& dir, const Case& c) {
     const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     e.forward(g, std::span<const int32_t>(&next, 1), logits.data(), LogitRows::kLast);
   }
+  if (stats) *stats = e.experts().stats();
   return out;
 }
 
@@ -233,9 +270,16 @@ TEST_P(LayoutBitExact, SameLogitsInBothLayouts) {
   const std::vector<float> want = run(fixture(c.fixture), c);
   const Relaid& r = relaid(c.fixture);
   for (const std::string& dir : {r.official, r.contiguous}) {
-    const std::vector<float> got = run(dir, c);
+    ExpertStats stats;
+    const std::vector<float> got = run(dir, c, &stats);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << dir;
+    if (c.streamed && dir == r.official) {
+      // Neighbours' scales were read as one request, so an expert took fewer than two.
+      EXPECT_GT(stats.merged_windows, 0u);
+      EXPECT_LT(stats.requests_per_read(), 2.0);
+      EXPECT_GT(stats.reads, 0u);
+    }
   }
 }
 

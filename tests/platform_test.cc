@@ -15,6 +15,7 @@
 #include "dsv4/platform/read_queue.h"
 #include "dsv4/util/error.h"
 #include "dsv4/util/file.h"
+#include "dsv4/util/io_faults.h"
 #include "test_util.h"
 
 namespace dsv4 {
@@ -182,6 +183,73 @@ TEST(Platform, NativeReadQueueAndThreadsDeliverTheFileBytes) {
     q->stop();
     EXPECT_TRUE(errors.empty()) << errors.front();
     EXPECT_EQ(std::memcmp(out.data(), bytes.data(), bytes.size()), 0) << q->name();
+  }
+}
+
+// A vectored op (one request, several destinations) lands each part of the range in its own
+// place, also when reads come back short (the fault layer halves them) and resume in the
+// middle of a span; every queue takes it as one request when nothing is short.
+TEST(Platform, VectoredReadsLandInEverySpan) {
+  test::TempDir tmp;
+  const std::string path = tmp / (kCyrillic + " spans.bin");
+  std::string bytes(48 * platform::kDirectAlign, '\0');
+  std::mt19937 rng(12);
+  for (char& c : bytes) c = static_cast<char>(rng());
+  write_all(path, bytes);
+  File buffered = File::open_read(path);
+  File direct = File::open_direct(path);
+  const int read_fd = direct.valid() ? direct.fd() : buffered.fd();
+  constexpr uint64_t P = platform::kDirectAlign;
+  // Spans of 8, 3, 12 and 1 pages of the file, placed in memory in another order.
+  const uint64_t pages[4] = {8, 3, 12, 1}, place[4] = {20, 0, 4, 16};
+
+  for (bool native : {true, false}) {
+    for (bool short_reads : {false, true}) {
+      auto faults = short_reads ? std::make_shared<IoFaults>(IoFaults::parse_rules("short:count=5", "test"))
+                                : std::shared_ptr<IoFaults>();
+      std::mutex m;
+      std::condition_variable cv;
+      bool finished = false;
+      ReadOutcome outcome;
+      auto done = [&](uint64_t, const ReadOutcome& o) {
+        std::lock_guard<std::mutex> lock(m);
+        outcome = o;
+        finished = true;
+        cv.notify_all();
+      };
+      std::unique_ptr<ReadQueue> q =
+          native ? make_native_read_queue(4, done, faults) : make_thread_read_queue(2, done, faults);
+      if (!q) continue;
+      AlignedBuffer out(32 * P);
+      std::memset(out.data(), 0, out.size());
+      ReadOp op;
+      op.fd = read_fd;
+      op.buffered_fd = buffered.fd();
+      op.path = &buffered.path();
+      op.offset = 5 * P;
+      for (int i = 0; i < 4; ++i) {
+        op.spans.push_back({out.data() + place[i] * P, pages[i] * P});
+        op.length += pages[i] * P;
+      }
+      op.needed = op.length;
+      q->submit(1, {op});
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return finished; });
+      lock.unlock();
+      q->stop();
+      const std::string what = std::string(q->name()) + (short_reads ? ", short reads" : "");
+      ASSERT_TRUE(outcome.error.empty()) << outcome.error << " " << what;
+      uint64_t at = op.offset;
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(std::memcmp(out.data() + place[i] * P, bytes.data() + at, pages[i] * P), 0) << "span " << i << " " << what;
+        at += pages[i] * P;
+      }
+      if (short_reads) {
+        EXPECT_GT(outcome.requests, 1u) << what;
+      } else if (std::string(q->name()) != "IOCP") {
+        EXPECT_EQ(outcome.requests, 1u) << what;
+      }
+    }
   }
 }
 

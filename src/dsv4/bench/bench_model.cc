@@ -107,6 +107,7 @@ nlohmann::ordered_json stats_json(const ExpertStats& s) {
           {"predicted_reads", s.predicted_reads}, {"predicted_unused", s.predicted_unused},
           {"expected_reads", s.expected_reads}, {"read_requests", s.read_requests},
           {"read_windows", s.read_windows}, {"read_pieces", s.read_pieces},
+          {"merged_windows", s.merged_windows},
           {"read_retries", s.read_retries},
           {"read_failures", s.read_failures},
           {"stalls", s.stalls},             {"read_seconds", s.read_seconds},
@@ -518,6 +519,9 @@ int bench_model(const BenchModelOptions& o) {
     d["read_requests_per_expert"] = decode.requests_per_read();
     d["layout_requests_per_expert"] = decode.ranges_per_read();
     d["pieces_per_expert"] = decode.reads ? double(decode.read_pieces) / double(decode.reads) : 0.0;
+    d["merged_windows_per_expert"] = decode.reads ? double(decode.merged_windows) / double(decode.reads) : 0.0;
+    d["prefill_merged_windows_per_expert"] =
+        prefill.reads ? double(prefill.merged_windows) / double(prefill.reads) : 0.0;
     d["decode_s_per_token_median"] = median(step_s);
     d["decode_step_s"] = step_s;
     d["decode_blocked_s_per_token"] = blocked_per_token;
@@ -581,10 +585,13 @@ int bench_model(const BenchModelOptions& o) {
     fmt::print("{}\n", line);
   }
   fmt::print("reads        {:.2f} read requests per expert (prefill {:.2f}); the {} layout reads an expert in {:.2f} "
-             "ranges (prefill {:.2f}; {:.2f} pieces over {} folder{}), {} retried, {} failed\n",
+             "ranges (prefill {:.2f}; {:.2f} pieces over {} folder{}; {:.0f}% of experts (prefill {:.0f}%) had their "
+             "scales read with a neighbour's), {} retried, {} failed\n",
              decode.requests_per_read(), prefill.requests_per_read(), tensor_order, decode.ranges_per_read(),
              prefill.ranges_per_read(), decode.reads ? double(decode.read_pieces) / double(decode.reads) : 0.0,
              std::max<size_t>(1, decode.folder_bytes.size()), decode.folder_bytes.size() > 1 ? "s" : "",
+             decode.reads ? 100.0 * double(decode.merged_windows) / double(decode.reads) : 0.0,
+             prefill.reads ? 100.0 * double(prefill.merged_windows) / double(prefill.reads) : 0.0,
              decode.read_retries, decode.read_failures);
   fmt::print("i/o bound    {:.3f} s/token (bytes read / SSD bandwidth); decode / i/o bound = {:.2f}\n", io_bound_s,
              io_bound_s > 0 ? decode_s_per_token / io_bound_s : 0.0);

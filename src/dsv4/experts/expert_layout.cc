@@ -63,6 +63,44 @@ ExpertLayout::ExpertLayout(const Checkpoint& ck) {
       max_payload_ = std::max(max_payload_, rounded);
     }
   }
+  link_neighbours();
+}
+
+void ExpertLayout::link_neighbours() {
+  const size_t n = plans_.size();
+  next_.assign(n, -1);
+  previous_.assign(n, -1);
+  small_.assign(n, -1);
+  struct Small {
+    int shard;
+    uint64_t offset, end;
+    int expert;
+  };
+  std::vector<Small> smalls;
+  for (int l = 0; l < n_layers_; ++l) {
+    smalls.clear();
+    for (int e = 0; e < n_experts_; ++e) {
+      const size_t k = static_cast<size_t>(l) * n_experts_ + e;
+      const std::vector<ReadWindow>& ws = plans_[k].windows;
+      for (size_t w = 0; w < ws.size(); ++w) {
+        if (ws[w].length > kMergeWindowBytes) continue;
+        small_[k] = static_cast<int>(w);  // an expert has at most one in the known layouts; the last counts
+      }
+      if (small_[k] < 0) continue;
+      const ReadWindow& w = ws[static_cast<size_t>(small_[k])];
+      smalls.push_back({w.shard, w.file_offset, w.file_offset + w.length, e});
+    }
+    std::sort(smalls.begin(), smalls.end(),
+              [](const Small& a, const Small& b) { return a.shard != b.shard ? a.shard < b.shard : a.offset < b.offset; });
+    for (size_t i = 1; i < smalls.size(); ++i) {
+      const Small &a = smalls[i - 1], &b = smalls[i];
+      if (a.shard != b.shard || b.offset <= a.offset || b.offset > a.end || b.offset + kDirectAlign < a.end ||
+          b.end <= a.end)
+        continue;
+      next_[static_cast<size_t>(l) * n_experts_ + a.expert] = b.expert;
+      previous_[static_cast<size_t>(l) * n_experts_ + b.expert] = a.expert;
+    }
+  }
 }
 
 ExpertRangeCensus census_expert_ranges(const Checkpoint& ck) {

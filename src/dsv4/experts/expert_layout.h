@@ -48,12 +48,25 @@ class ExpertLayout {
   // The most windows any expert is read in (1 contiguous, 2 official, more where one straddles).
   int max_windows() const { return max_windows_; }
 
+  // Neighbours in the file: the expert of the same layer whose small window (under
+  // kMergeWindowBytes: the scales, in the official layout) begins where this one's ends
+  // (sharing one 4 KiB page at most), so both can be read as one request. -1: none.
+  int next_in_file(int layer, int expert) const { return next_[static_cast<size_t>(layer) * n_experts_ + expert]; }
+  int previous_in_file(int layer, int expert) const {
+    return previous_[static_cast<size_t>(layer) * n_experts_ + expert];
+  }
+  // The index of that small window in plan(layer, expert).windows (-1: it has none).
+  int small_window(int layer, int expert) const { return small_[static_cast<size_t>(layer) * n_experts_ + expert]; }
+
  private:
+  void link_neighbours();
+
   int n_layers_ = 0, n_experts_ = 0;
   std::vector<std::string> shard_paths_;
   std::vector<ExpertReadPlan> plans_;
   uint64_t slot_bytes_ = 0, max_payload_ = 0;
   int max_windows_ = 1;
+  std::vector<int> next_, previous_, small_;  // per (layer, expert), see next_in_file
 };
 
 // How the main layers' routed experts lie in the files: how many byte ranges each expert's
@@ -69,5 +82,10 @@ ExpertRangeCensus census_expert_ranges(const Checkpoint& ck);
 // Parts of one shard closer than this are read in one window (reading the gap is cheaper
 // than a second request).
 inline constexpr uint64_t kCoalesceGapBytes = 64 << 10;
+
+// Windows up to this size are worth merging with a neighbour's into one request: for them the
+// cost of a request is a visible share of the read. Larger ones (an expert's 12 MB of weights)
+// stay separate requests, which keeps the drive's queue deep.
+inline constexpr uint64_t kMergeWindowBytes = 2 << 20;
 
 }  // namespace dsv4

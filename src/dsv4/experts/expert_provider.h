@@ -40,6 +40,7 @@ struct ExpertStats {
   uint64_t read_requests = 0;     // read syscalls / io_uring reads behind those reads (retries included)
   uint64_t read_windows = 0;      // the fewest requests the shard layout allows for them
   uint64_t read_pieces = 0;       // requests the store asked for them (windows split over folders)
+  uint64_t merged_windows = 0;    // of those, windows read within a neighbour's request (adjacent scales)
   uint64_t read_retries = 0;      // expert reads repeated on another copy or a reopened shard
   uint64_t read_failures = 0;     // expert reads that failed on every copy
   uint64_t stalls = 0;            // acquire() calls that had to wait for a read

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "dsv4/io/checkpoint.h"
@@ -24,6 +25,12 @@ double now_seconds() {
 uint64_t make_tag(int slot, int32_t key) { return (uint64_t(uint32_t(key)) << 32) | uint32_t(slot); }
 int tag_slot(uint64_t tag) { return static_cast<int>(tag & 0xFFFFFFFFu); }
 int32_t tag_key(uint64_t tag) { return static_cast<int32_t>(tag >> 32); }
+// A merged read of several slots: key -1 and the group's id.
+uint64_t group_tag(uint32_t id) { return (uint64_t{0xFFFFFFFFu} << 32) | id; }
+
+// At most this many experts share one merged read (each is a span of it).
+constexpr size_t kMaxMergedExperts = 8;
+static_assert(kMaxMergedExperts <= size_t(platform::kMaxIoSpans));
 
 // A read that keeps looking suspicious (a shard rewritten over and over) is given up
 // after this many repeats.
@@ -401,6 +408,7 @@ void ExpertStore::plan_pieces(int32_t k, const ReadWindow& w, const std::vector<
 
 bool ExpertStore::issue(int v, Submissions& out) {
   Slot& s = slots_[v];
+  s.shared_bytes = 0;  // (a retry reads every window itself)
   const int32_t k = s.key;
   const ExpertReadPlan& plan = layout_.plan(k / n_experts_, k % n_experts_);
   auto bad = [&](int c) { return std::find(s.bad_copies.begin(), s.bad_copies.end(), c) != s.bad_copies.end(); };
@@ -450,6 +458,7 @@ void ExpertStore::pump(Submissions& out) {
       queue.pop_front();
       start_read(v, k, origin, out);
       if (origin == Origin::kPrefetch) slots_[v].reserved_epoch = epoch_;
+      if (origin != Origin::kPredict) start_neighbours(k, queue, origin, out);
     }
     return queue.empty();
   };
@@ -470,6 +479,101 @@ void ExpertStore::pump(Submissions& out) {
   });
 }
 
+void ExpertStore::start_neighbours(int32_t k, std::deque<int32_t>& queue, Origin origin, Submissions& out) {
+  if (out.empty() || tag_key(out.back().tag) != k) return;  // k's read could not start
+  const size_t first = out.size() - 1;
+  const int layer = k / n_experts_;
+  auto neighbour = [&](int32_t of, bool next) {
+    const int e = next ? layout_.next_in_file(layer, of % n_experts_) : layout_.previous_in_file(layer, of % n_experts_);
+    return e < 0 ? int32_t{-1} : key(layer, e);
+  };
+  // Starts n's read if it waits in `queue` and a slot is free for it.
+  auto take = [&](int32_t n) {
+    if (n < 0 || slot_of_[n] >= 0) return false;
+    const auto at = std::find(queue.begin(), queue.end(), n);
+    if (at == queue.end()) return false;
+    const int v = find_victim(false);
+    if (v < 0) return false;
+    queue.erase(at);
+    const size_t before = out.size();
+    start_read(v, n, origin, out);
+    if (origin == Origin::kPrefetch) slots_[v].reserved_epoch = epoch_;
+    return out.size() > before;
+  };
+  std::vector<int32_t> run{k};
+  for (int32_t n = neighbour(k, false); run.size() < kMaxMergedExperts && take(n); n = neighbour(n, false))
+    run.insert(run.begin(), n);
+  for (int32_t n = neighbour(run.back(), true); run.size() < kMaxMergedExperts && take(n); n = neighbour(n, true))
+    run.push_back(n);
+  if (run.size() > 1) merge_reads(run, first, out);
+}
+
+void ExpertStore::merge_reads(const std::vector<int32_t>& run, size_t first, Submissions& out) {
+  // out[first..] holds one submission per member of `run` (started in another order).
+  Submissions mine(std::make_move_iterator(out.begin() + static_cast<std::ptrdiff_t>(first)),
+                   std::make_move_iterator(out.end()));
+  out.resize(first);
+  auto small_op = [&](const Submission& sub) -> int {
+    const int32_t k = tag_key(sub.tag);
+    const int w = layout_.small_window(k / n_experts_, k % n_experts_);
+    if (w < 0) return -1;
+    const ReadWindow& win = layout_.plan(k / n_experts_, k % n_experts_).windows[static_cast<size_t>(w)];
+    for (size_t i = 0; i < sub.ops.size(); ++i)
+      if (sub.ops[i].offset == win.file_offset && sub.ops[i].length == win.length) return static_cast<int>(i);
+    return -1;  // split over folders: not merged
+  };
+  Submission job;
+  std::vector<GroupMember> members;
+  int merged = -1;  // the merged op's index in job.ops
+  auto flush = [&] {
+    if (members.empty()) return;
+    if (members.size() > 1) {
+      const uint32_t id = next_group_++;
+      groups_[id] = std::move(members);
+      job.tag = group_tag(id);
+    }
+    out.push_back(std::move(job));
+    job = Submission{};
+    members.clear();
+    merged = -1;
+  };
+  for (int32_t k : run) {
+    auto it = std::find_if(mine.begin(), mine.end(), [&](const Submission& sub) { return tag_key(sub.tag) == k; });
+    Submission& sub = *it;
+    const int v = tag_slot(sub.tag);
+    const int b = small_op(sub);
+    bool joined = false;
+    if (merged >= 0 && b >= 0) {
+      ReadOp& a = job.ops[static_cast<size_t>(merged)];
+      const ReadOp& next = sub.ops[static_cast<size_t>(b)];
+      const uint64_t a_end = a.offset + a.length;
+      if (next.fd == a.fd && next.buffered_fd == a.buffered_fd && next.offset <= a_end &&
+          next.offset + kDirectAlign >= a_end && next.offset + next.length > a_end) {
+        const uint64_t skip = a_end - next.offset;  // the page both windows hold, if they share one
+        if (a.spans.empty()) a.spans.push_back({a.dst, a.length});
+        const platform::IoSpan last = a.spans.back();
+        a.spans.push_back({next.dst + skip, next.length - skip});
+        a.length += next.length - skip;
+        a.needed = next.offset + next.needed - a.offset;
+        GroupMember m{v, k, next.dst, last.dst + last.length - skip, skip};
+        slots_[static_cast<size_t>(v)].shared_bytes = skip;
+        members.push_back(m);
+        for (size_t i = 0; i < sub.ops.size(); ++i)
+          if (static_cast<int>(i) != b) job.ops.push_back(std::move(sub.ops[i]));
+        ++stats_.merged_windows;
+        joined = true;
+      }
+    }
+    if (!joined) {
+      flush();
+      job = std::move(sub);
+      members.push_back({v, k, nullptr, nullptr, 0});
+      merged = b;
+    }
+  }
+  flush();
+}
+
 void ExpertStore::finish_read(Slot& s) {
   if (--loading_ == 0) stats_.read_seconds += now_seconds() - busy_since_;
   if (s.origin == Origin::kPredict) --loading_predicted_;
@@ -485,11 +589,33 @@ void ExpertStore::pieces_done(const Slot& s, bool success) {
 }
 
 void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
-  const int v = tag_slot(tag);
-  const int32_t k = tag_key(tag);
   for (int copy : outcome.refused_direct)
     if (files_->stop_direct(copy)) note_buffered(*files_->fds(copy).path);
+  if (tag_key(tag) >= 0) {
+    slot_read_done(tag_slot(tag), tag_key(tag), outcome, false);
+    return;
+  }
+  std::vector<GroupMember> members;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = groups_.find(static_cast<uint32_t>(tag_slot(tag)));
+    members = std::move(it->second);
+    groups_.erase(it);
+  }
+  // The page two neighbours share was read into the first one's slot; every slot is still
+  // loading (ours), so the copy races with nothing.
+  const bool failed = !outcome.error.empty();
+  if (!failed)
+    for (const GroupMember& m : members)
+      if (m.shared > 0) std::memcpy(m.shared_to, m.shared_from, m.shared);
+  for (size_t i = 0; i < members.size(); ++i) {
+    ReadOutcome mine = outcome;
+    if (i > 0) mine.requests = 0;  // the job's requests are counted once
+    slot_read_done(members[i].slot, members[i].key, mine, failed);
+  }
+}
 
+void ExpertStore::slot_read_done(int v, int32_t k, const ReadOutcome& outcome, bool group_failed) {
   // Outside the cache lock: the slot is ours while it loads. Which copies served it, and
   // are they still the files we validated (size, header, same inode)?
   std::vector<Piece> pieces;
@@ -503,7 +629,9 @@ void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
   std::string problem;
   for (const Piece& p : pieces) {
     std::string why;
-    const bool failed = !outcome.error.empty() && outcome.failed_shard == p.copy;
+    // (A merged read that failed is read again by each member alone, below, so the fault is
+    // met by the expert whose bytes it is in and named after it, as without merging.)
+    const bool failed = !group_failed && !outcome.error.empty() && outcome.failed_shard == p.copy;
     const ShardFiles::Verdict verdict = files_->after_read(p.copy, p.fd, failed, &why);
     if (verdict == ShardFiles::Verdict::kRetry) {
       retry = true;  // reopened (or rewritten with the same header): read it again
@@ -512,6 +640,7 @@ void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
       problem = verdict == ShardFiles::Verdict::kRefused ? why : outcome.error;
     }
   }
+  if (group_failed) retry = true;
   if (bad_copy < 0 && !retry) {
     int part = -1;
     const ExpertReadPlan& at = layout_.plan(k / n_experts_, k % n_experts_);
@@ -557,7 +686,7 @@ void ExpertStore::on_read_done(uint64_t tag, const ReadOutcome& outcome) {
       s.state = State::kReady;
       s.fresh = true;
       ++stats_.reads;
-      stats_.bytes_read += plan.read_bytes;
+      stats_.bytes_read += plan.read_bytes - s.shared_bytes;
       stats_.read_windows += plan.windows.size();
       failed_.erase(k);
     }

@@ -140,6 +140,7 @@ class ExpertStore final : public ExpertProvider {
     // The read in flight: its pieces (one per request), the copies that failed it so far
     // (tried elsewhere next) and what went wrong with them.
     std::vector<Piece> pieces;
+    uint64_t shared_bytes = 0;  // bytes of its small window the previous member of a merged read brought
     std::vector<int> bad_copies;
     std::string failures;
     int retries = 0;
@@ -163,6 +164,23 @@ class ExpertStore final : public ExpertProvider {
   // The window's pieces: [slot offset, length, needed, copy] from `usable` (copies of its shard).
   void plan_pieces(int32_t key, const ReadWindow& w, const std::vector<int>& usable, std::vector<Piece>& out) const;
   void pump(Submissions& out);  // prepares queued reads while slots are available
+  // After start_read(k) from `queue`: starts the reads of k's neighbours in the file that wait
+  // in the same queue, and makes their small windows (the scales, which sit end to end in
+  // the official layout) one request that lands in every member's slot.
+  void start_neighbours(int32_t k, std::deque<int32_t>& queue, Origin origin, Submissions& out);
+  void merge_reads(const std::vector<int32_t>& run, size_t first, Submissions& out);
+  // A merged read's members, in file order: the slot, its expert, and the bytes at the start
+  // of its small window (one page at most) that landed in the previous member's slot.
+  struct GroupMember {
+    int slot = -1;
+    int32_t key = -1;
+    uint8_t* shared_to = nullptr;
+    const uint8_t* shared_from = nullptr;
+    uint64_t shared = 0;
+  };
+  // One slot's read ended (`group_failed`: it was part of a merged read that failed somewhere;
+  // then it is read again alone).
+  void slot_read_done(int v, int32_t k, const ReadOutcome& outcome, bool group_failed);
   void submit(Submissions& out);
   void on_read_done(uint64_t tag, const ReadOutcome& outcome);
   void finish_read(Slot& s);  // bookkeeping when a slot's read ends, either way
@@ -189,6 +207,8 @@ class ExpertStore final : public ExpertProvider {
   CachePolicy policy_;            // eviction order of the slots
   std::deque<int32_t> want_needed_, want_expected_, want_predicted_;
   std::map<int32_t, std::string> failed_;  // experts whose last read failed a request
+  std::map<uint32_t, std::vector<GroupMember>> groups_;  // merged reads in flight, by id
+  uint32_t next_group_ = 0;
   uint64_t epoch_ = 1;
   int loading_ = 0;            // reads in flight
   int loading_predicted_ = 0;  // of which started by predict() (expect() reads count as needed)

@@ -42,6 +42,7 @@ ExpertStats ExpertStats::operator-(const ExpertStats& e) const {
   d.read_requests = read_requests - e.read_requests;
   d.read_windows = read_windows - e.read_windows;
   d.read_pieces = read_pieces - e.read_pieces;
+  d.merged_windows = merged_windows - e.merged_windows;
   d.read_retries = read_retries - e.read_retries;
   d.read_failures = read_failures - e.read_failures;
   d.stalls = stalls - e.stalls;

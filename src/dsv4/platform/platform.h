@@ -47,6 +47,16 @@ bool stat_path(const std::string& path, FileInfo* info);
 // pread(2)/pwrite(2): bytes moved, 0 at end of file, -1 with errno. Never moves a file offset,
 // safe from many threads on one descriptor.
 int64_t pread(int fd, void* dst, size_t length, uint64_t offset);
+// One destination of a vectored read.
+struct IoSpan {
+  uint8_t* dst = nullptr;
+  uint64_t length = 0;
+};
+inline constexpr int kMaxIoSpans = 64;  // spans one vectored read may have (IOV_MAX is >= 1024)
+// preadv(2): bytes [offset, offset + total) into the spans in order, as one request (Linux,
+// macOS); Windows reads span after span and stops at the first short one. Returns what pread
+// returns.
+int64_t preadv(int fd, const IoSpan* spans, int count, uint64_t offset);
 int64_t pwrite(int fd, const void* src, size_t length, uint64_t offset);
 // write(2) at the file's own offset (files from create_for_write).
 int64_t write(int fd, const void* src, size_t length);

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,6 +75,13 @@ bool stat_path(const std::string& path, FileInfo* info) {
 
 int64_t pread(int fd, void* dst, size_t length, uint64_t offset) {
   return ::pread(fd, dst, length, static_cast<off_t>(offset));
+}
+
+int64_t preadv(int fd, const IoSpan* spans, int count, uint64_t offset) {
+  iovec iov[kMaxIoSpans];
+  const int n = std::min(count, kMaxIoSpans);
+  for (int i = 0; i < n; ++i) iov[i] = {spans[i].dst, static_cast<size_t>(spans[i].length)};
+  return ::preadv(fd, iov, n, static_cast<off_t>(offset));
 }
 
 int64_t pwrite(int fd, const void* src, size_t length, uint64_t offset) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dsv4/platform/platform.h"
+
 namespace dsv4 {
 
 class IoFaults;
@@ -25,6 +27,10 @@ struct ReadOp {
   uint64_t length = 0;   // aligned; may run past the end of the file
   uint64_t needed = 0;   // the read is complete once this many bytes arrived
   uint8_t* dst = nullptr;
+  // Several destinations, in order (their lengths add up to `length`; at most
+  // platform::kMaxIoSpans): one request that lands in several places, e.g. the scales of
+  // neighbouring experts, which sit end to end in the file, into their own slots. Empty: dst.
+  std::vector<platform::IoSpan> spans;
 };
 
 struct ReadOutcome {

@@ -1,6 +1,7 @@
 // What the read queues share: a job's bookkeeping and its error lines.
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -33,6 +34,37 @@ inline void note_refused(ReadOutcome& outcome, int shard) {
   outcome.refused_direct.push_back(shard);
 }
 
+// Where byte `at` of `op` goes, and how many bytes from there on are contiguous in memory.
+inline platform::IoSpan destination(const ReadOp& op, uint64_t at) {
+  if (op.spans.empty()) return {op.dst + at, op.length - at};
+  for (const platform::IoSpan& s : op.spans) {
+    if (at < s.length) return {s.dst + at, s.length - at};
+    at -= s.length;
+  }
+  return {nullptr, 0};
+}
+
+// The destinations of bytes [at, at + length) of `op`, in `out` (room for kMaxIoSpans);
+// returns how many.
+inline int spans_at(const ReadOp& op, uint64_t at, uint64_t length, platform::IoSpan* out) {
+  if (op.spans.empty()) {
+    out[0] = {op.dst + at, length};
+    return 1;
+  }
+  int n = 0;
+  for (const platform::IoSpan& s : op.spans) {
+    if (length == 0 || n == platform::kMaxIoSpans) break;
+    if (at >= s.length) {
+      at -= s.length;
+      continue;
+    }
+    const uint64_t take = std::min(s.length - at, length);
+    out[n++] = {s.dst + at, take};
+    length -= take;
+    at = 0;
+  }
+  return n;
+}
 
 // One finished read of `op` (job `job`, `got` bytes of it so far) that returned `res` (bytes,
 // or -errno) in an asynchronous queue; returns true when the op is complete, false when it must

@@ -121,7 +121,9 @@ class IocpReadQueue final : public ReadQueue {
     s->ov = OVERLAPPED{};
     s->ov.Offset = static_cast<DWORD>(at);
     s->ov.OffsetHigh = static_cast<DWORD>(at >> 32);
-    if (!ReadFile(h, op.dst + s->got, static_cast<DWORD>(a.length), nullptr, &s->ov)) {
+    // A vectored op is read span by span (each ReadFile lands in one place).
+    const platform::IoSpan to = destination(op, s->got);
+    if (!ReadFile(h, to.dst, static_cast<DWORD>(std::min(a.length, to.length)), nullptr, &s->ov)) {
       const DWORD e = GetLastError();
       if (e != ERROR_IO_PENDING) synthetic_.push_back({s, e == ERROR_HANDLE_EOF ? 0 : -platform::errno_from(e)});
     }

@@ -96,7 +96,14 @@ class ThreadReadQueue final : public ReadQueue {
     while (got < op.needed) {
       const uint64_t at = op.offset + got;
       ++outcome.requests;
-      const int64_t n = faulty_pread(faults_.get(), *op.path, op.fd, op.dst + got, op.length - got, at);
+      int64_t n;
+      if (op.spans.empty()) {
+        n = faulty_pread(faults_.get(), *op.path, op.fd, op.dst + got, op.length - got, at);
+      } else {
+        platform::IoSpan spans[platform::kMaxIoSpans];
+        const int count = spans_at(op, got, op.length - got, spans);
+        n = faulty_preadv(faults_.get(), *op.path, op.fd, spans, count, at);
+      }
       const int err = n < 0 ? errno : 0;
       if (n < 0 && err == EINTR) continue;
       if (n < 0 && err == EINVAL && op.fd != op.buffered_fd) {

@@ -1,6 +1,7 @@
 // Linux: io_uring, one I/O thread owning the ring.
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -64,6 +65,7 @@ class UringReadQueue final : public ReadQueue {
     ReadOp* op = nullptr;
     uint64_t got = 0;
     double not_before = 0;  // fault layer's rate: completion is reported no earlier
+    std::vector<iovec> iov;  // a vectored op's destinations while it is in the kernel
   };
   struct Active {
     std::unique_ptr<Job> job;
@@ -106,7 +108,16 @@ class UringReadQueue final : public ReadQueue {
       return;
     }
     io_uring_sqe* sqe = get_sqe();
-    io_uring_prep_read(sqe, op.fd, op.dst + s->got, static_cast<unsigned>(a.length), op.offset + s->got);
+    if (op.spans.empty()) {
+      io_uring_prep_read(sqe, op.fd, op.dst + s->got, static_cast<unsigned>(a.length), op.offset + s->got);
+    } else {
+      // One request into several destinations; the iovecs live with the op until it completes.
+      platform::IoSpan spans[platform::kMaxIoSpans];
+      const int count = spans_at(op, s->got, a.length, spans);
+      s->iov.resize(static_cast<size_t>(count));
+      for (int i = 0; i < count; ++i) s->iov[i] = {spans[i].dst, static_cast<size_t>(spans[i].length)};
+      io_uring_prep_readv(sqe, op.fd, s->iov.data(), static_cast<unsigned>(count), op.offset + s->got);
+    }
     io_uring_sqe_set_data(sqe, s);
   }
 
@@ -172,7 +183,7 @@ class UringReadQueue final : public ReadQueue {
         a.ops.resize(a.job->ops.size());
         a.remaining = a.ops.size();
         for (size_t i = 0; i < a.ops.size(); ++i) {
-          a.ops[i] = OpState{a.job.get(), &a.job->ops[i], 0, 0};
+          a.ops[i] = OpState{a.job.get(), &a.job->ops[i], 0, 0, {}};
           queue_read(&a.ops[i]);
         }
         if (a.remaining == 0) finish(active, std::prev(active.end()));

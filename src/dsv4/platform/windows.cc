@@ -201,6 +201,17 @@ int64_t pread(int fd, void* dst, size_t length, uint64_t offset) {
   return got;
 }
 
+int64_t preadv(int fd, const IoSpan* spans, int count, uint64_t offset) {
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = pread(fd, spans[i].dst, static_cast<size_t>(spans[i].length), offset + uint64_t(total));
+    if (n < 0) return total > 0 ? total : n;
+    total += n;
+    if (uint64_t(n) < spans[i].length) break;
+  }
+  return total;
+}
+
 int64_t pwrite(int fd, const void* src, size_t length, uint64_t offset) {
   const HANDLE h = handle_of(fd);
   OVERLAPPED ov = at_offset(offset);

@@ -1,5 +1,6 @@
 #include "dsv4/util/io_faults.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -151,6 +152,33 @@ int64_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* ds
     err = a.error;
   } else if (!a.eof) {
     n = platform::pread(fd, dst, a.length, offset);
+    err = n < 0 ? errno : 0;
+  }
+  IoFaults::wait_until(a.not_before);
+  errno = err;
+  return n;
+}
+
+int64_t faulty_preadv(IoFaults* faults, const std::string& path, int fd, const platform::IoSpan* spans, int count,
+                      uint64_t offset) {
+  if (!faults) return platform::preadv(fd, spans, count, offset);
+  uint64_t total = 0;
+  for (int i = 0; i < count; ++i) total += spans[i].length;
+  const IoFaults::Action a = faults->before_read(path, offset, total);
+  int64_t n = 0;
+  int err = 0;
+  if (a.error) {
+    n = -1;
+    err = a.error;
+  } else if (!a.eof) {
+    // The rule may shorten the read: only the spans (and the part of the last) it allows.
+    platform::IoSpan cut[platform::kMaxIoSpans];
+    int used = 0;
+    for (uint64_t left = a.length; used < count && used < platform::kMaxIoSpans && left > 0; ++used) {
+      cut[used] = {spans[used].dst, std::min(spans[used].length, left)};
+      left -= cut[used].length;
+    }
+    n = platform::preadv(fd, cut, used, offset);
     err = n < 0 ? errno : 0;
   }
   IoFaults::wait_until(a.not_before);

@@ -24,6 +24,9 @@
 #include <vector>
 
 namespace dsv4 {
+namespace platform {
+struct IoSpan;
+}
 
 class IoFaults {
  public:
@@ -82,5 +85,9 @@ IoFaults::Action consult_faults(IoFaults* faults, const std::string& path, uint6
 // returns, with errno set on failure, after a rate rule's wait. Every blocking reader (the
 // load's bulk reader, the pread threads of the expert read queue) reads through this.
 int64_t faulty_pread(IoFaults* faults, const std::string& path, int fd, void* dst, size_t length, uint64_t offset);
+// The same for a vectored read (platform::preadv): the rule sees the whole request, and a
+// shortened read fills the first spans.
+int64_t faulty_preadv(IoFaults* faults, const std::string& path, int fd, const platform::IoSpan* spans, int count,
+                      uint64_t offset);
 
 }  // namespace dsv4
