@@ -680,7 +680,7 @@ std::vector<BadRequest> bad_requests() {
        "stream_options"},
       {"include_usage a string", "POST", chat, with("\"stream\":true,\"stream_options\":{\"include_usage\":\"y\"}"), 400,
        "stream_options.include_usage"},
-      {"n = 2", "POST", chat, with("\"n\":2"), 400, "n"},
+      {"n = 17", "POST", chat, with("\"n\":17"), 400, "n"},
       {"top_logprobs without logprobs", "POST", chat, with("\"top_logprobs\":3"), 400, "top_logprobs"},
       {"too many top_logprobs", "POST", chat, with("\"logprobs\":true,\"top_logprobs\":21"), 400, "top_logprobs"},
       {"frequency_penalty above 2", "POST", chat, with("\"frequency_penalty\":2.5"), 400, "frequency_penalty"},

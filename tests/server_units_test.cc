@@ -130,6 +130,84 @@ TEST(ChatOutput, MalformedOrUnofferedToolBlocksStayContent) {
   EXPECT_TRUE(d3.tool_calls.empty());
 }
 
+// An answer cut anywhere inside a tool-call block (max_tokens) is never markup in the content:
+// the calls whose name was written come back, each complete one as a whole answer gives it,
+// the cut one with arguments that are a prefix of its whole arguments text.
+TEST(ChatOutput, ACutToolCallIsACallWithTheArgumentsWrittenSoFar) {
+  const std::string block = "\n\n<" + kDsml + "tool_calls>\n<" + kDsml + "invoke name=\"get_weather\">\n" +
+                            string_param("city", "Par\"is é") + "\n<" + kDsml +
+                            "parameter name=\"days\" string=\"false\">[12, 3]</" + kDsml + "parameter>\n</" + kDsml +
+                            "invoke>\n<" + kDsml + "invoke name=\"b\">\n" + string_param("q", "x<y") + "\n</" + kDsml +
+                            "invoke>\n</" + kDsml + "tool_calls>";
+  const std::string text = "Let me check." + block;
+  ChatOutputParser whole_parser(false, true, "call_");
+  const ChatDelta whole = feed_in_pieces(whole_parser, text, 1000);
+  ASSERT_EQ(whole.tool_calls.size(), 2u);
+  EXPECT_EQ(whole.tool_calls[0].arguments, R"({"city": "Par\"is é", "days": [12, 3]})");
+  size_t cuts = 0, with_cut_call = 0;
+  for (size_t len = std::string("Let me check.").size() + 1; len < text.size(); ++len) {
+    if ((static_cast<unsigned char>(text[len]) & 0xC0) == 0x80) continue;  // text comes in whole characters
+    bool in_token = false;  // ｜DSML｜ is one token
+    for (size_t at = text.find(kDsml); at != std::string::npos; at = text.find(kDsml, at + 1))
+      in_token = in_token || (at < len && len < at + kDsml.size());
+    if (in_token) continue;
+    ++cuts;
+    const std::string cut = text.substr(0, len);
+    ChatOutputParser p(false, true, "call_");
+    ChatDelta d = p.feed(cut);
+    const ChatDelta rest = p.finish(true);
+    d.content += rest.content;
+    EXPECT_EQ(d.content.find(kDsml), std::string::npos) << cut;
+    // Before the ｜DSML｜ token, "\n\n<" could still be text.
+    const std::string before = cut.substr(13, 3);
+    EXPECT_EQ(d.content, "Let me check." + (len <= 16 ? before : "")) << cut;
+    ASSERT_LE(rest.tool_calls.size(), 2u) << cut;
+    for (size_t i = 0; i < rest.tool_calls.size(); ++i) {
+      const chat::ToolCall& c = rest.tool_calls[i];
+      EXPECT_EQ(c.name, whole.tool_calls[i].name) << cut;
+      EXPECT_EQ(c.id, "call_" + std::to_string(i));
+      const bool last_cut = rest.cut_call && i + 1 == rest.tool_calls.size();
+      if (last_cut) EXPECT_TRUE(whole.tool_calls[i].arguments.starts_with(c.arguments)) << cut << "\n" << c.arguments;
+      else EXPECT_EQ(c.arguments, whole.tool_calls[i].arguments) << cut;
+    }
+    if (rest.cut_call) {
+      ++with_cut_call;
+      ASSERT_TRUE(rest.cut_input.is_object()) << cut;
+      // The input so far: every value whole except a cut string's (a prefix of it).
+      const Json full = Json::parse(whole.tool_calls[rest.tool_calls.size() - 1].arguments);
+      for (const auto& [key, value] : rest.cut_input.items()) {
+        ASSERT_TRUE(full.contains(key)) << cut;
+        if (value.is_string()) EXPECT_TRUE(full[key].get<std::string>().starts_with(value.get<std::string>())) << cut;
+        else EXPECT_EQ(value, full[key]) << cut;
+      }
+    }
+  }
+  EXPECT_GT(with_cut_call, cuts / 2);
+  // A cut inside the first call's name has no call yet; just after it, the call with "{".
+  const std::string named = "\n\n<" + kDsml + "tool_calls>\n<" + kDsml + "invoke name=\"get_wea";
+  ChatOutputParser p1(false, true, "call_");
+  p1.feed(named);
+  ChatDelta r1 = p1.finish(true);
+  EXPECT_TRUE(r1.tool_calls.empty());
+  EXPECT_EQ(r1.content, "");
+  ChatOutputParser p2(false, true, "call_");
+  p2.feed(named + "ther\">\n");
+  ChatDelta r2 = p2.finish(true);
+  ASSERT_EQ(r2.tool_calls.size(), 1u);
+  EXPECT_EQ(r2.tool_calls[0].arguments, "{");
+  EXPECT_TRUE(r2.cut_call);
+  // Not cut (the answer ended on its own): the same text is a malformed block, kept as content.
+  ChatOutputParser p3(false, true, "call_");
+  p3.feed(named + "ther\">\n");
+  EXPECT_EQ(p3.finish(false).content, named + "ther\">\n");
+  // A complete block is the same whether or not the answer was cut after it.
+  ChatOutputParser p4(false, true, "call_");
+  p4.feed(block);
+  ChatDelta r4 = p4.finish(true);
+  EXPECT_FALSE(r4.cut_call);
+  EXPECT_EQ(r4.tool_calls.size(), 2u);
+}
+
 TEST(ChatOutput, ResponseJsonCarriesToolCallsAndFinishReason) {
   ChatOutputParser p(false, true, "call_abc_");
   ChatDelta body = p.feed(tool_block("lookup", string_param("q", "cats")));
@@ -139,8 +217,10 @@ TEST(ChatOutput, ResponseJsonCarriesToolCallsAndFinishReason) {
   s.prompt_tokens = 10;
   s.generated_tokens = 5;
   s.reused_tokens = 4;
-  Json j = chat_completion_json({"chatcmpl-1", 7, "m"}, a, false, finish_reason_text(FinishReason::kStop, true),
-                                usage_json(s), stats_json(s, 0));
+  Json j = chat_completion_json(
+      {"chatcmpl-1", 7, "m"},
+      Json::array({chat_choice_json(0, a, false, finish_reason_text(FinishReason::kStop, true))}), usage_json(s),
+      stats_json(s, 0));
   const Json& msg = j["choices"][0]["message"];
   EXPECT_TRUE(msg["content"].is_null());
   EXPECT_EQ(msg["tool_calls"][0]["id"], "call_abc_0");

@@ -123,6 +123,7 @@ struct ServeOptions {
   int64_t cache_mb = 0;
   int64_t max_body_mb = 0;
   int token_delay_ms = 0;  // DSV4_TEST_TOKEN_DELAY_MS (test hook)
+  bool unsteered_constraints = false;  // DSV4_TEST_UNSTEERED_CONSTRAINTS (test hook)
   std::string cache_dir;   // the prefix cache's disk tier ("" = none)
   int64_t cache_dir_mb = 0;
   std::vector<std::string> model_aliases;

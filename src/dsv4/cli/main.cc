@@ -191,6 +191,7 @@ void register_serve(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "model_alias", s.model_aliases);
   b.add(cmd, "strict_model", s.strict_model);
   b.add(cmd, "test_token_delay_ms", s.token_delay_ms);
+  b.add(cmd, "test_unsteered_constraints", s.unsteered_constraints);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::serve(c.serve); }});
 }
 

@@ -126,6 +126,7 @@ int serve(const ServeOptions& o) {
   so.scheduler.chunk = o.model.chunk > 0 || lm.plan.sessions == 1 ? o.model.chunk : kBatchedPromptChunk;
 
   so.scheduler.token_delay_ms = o.token_delay_ms;
+  so.scheduler.steer_to_budget = !o.unsteered_constraints;
 
   if (const std::string w = server::exposure_warning(o.host, !o.api_key.empty()); !w.empty())
     fmt::print(stderr, "dsv4 serve: warning: {}\n", w);

@@ -92,7 +92,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
   // generates nothing.
   if (req.constraint && req.max_tokens > 0) {
     const int64_t need = req.constraint->min_tokens();
-    if (req.max_tokens < need)
+    if (req.max_tokens < need && req.steer_to_budget)
       fail("max_tokens is {}, but the shortest complete answer in this format takes {} tokens: ask for at least {}",
            req.max_tokens, need, need);
     if (limit - prompt_len < need)
@@ -205,7 +205,8 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       // The tokens this generation may still take, this one included (the context counted
       // one short, to be safe): the mask keeps a complete output within them.
       const int64_t taken = static_cast<int64_t>(result.tokens.size());
-      constraint->mask(row, std::max<int64_t>(1, std::min(req.max_tokens, limit - prompt_len) - taken));
+      const int64_t budget = req.steer_to_budget ? std::min(req.max_tokens, limit - prompt_len) : limit;
+      constraint->mask(row, std::max<int64_t>(1, budget - taken));
     }
     if (cb.on_logits) cb.on_logits(row);
     const int32_t next = sampler.sample(row, history, req.prompt.size());

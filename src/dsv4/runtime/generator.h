@@ -48,6 +48,11 @@ struct GenerationRequest {
   // `generated`: the tokens taken so far in this generation (with drafting too: a filter sees
   // exactly what one-by-one decoding would show it).
   std::function<void(std::span<const int32_t> generated, std::span<float> logits)> logits_filter;
+  // Test hook (DSV4_TEST_UNSTEERED_CONSTRAINTS): false keeps the constraint's mask of invalid
+  // tokens but does not steer the answer to complete within the budget, so max_tokens cuts a
+  // constrained answer as it cuts a free one, also below the answer's minimum (tests of cut
+  // tool calls on a random model).
+  bool steer_to_budget = true;
 };
 
 // The model's log-probability of a generated token: log-softmax of the engine's logits the

@@ -310,6 +310,9 @@ std::vector<Setting> make_table() {
              "neon (aarch64)"),
       integer("test_token_delay_ms", "", "DSV4_TEST_TOKEN_DELAY_MS", 0, 0, 60'000,
               "test hook: serve pauses this long after each token"),
+      flag_bool("test_unsteered_constraints", "", "DSV4_TEST_UNSTEERED_CONSTRAINTS", false,
+                "test hook: serve does not steer constrained answers to complete within max_tokens, nor "
+                "refuse a max_tokens below their minimum (so max_tokens can cut a forced tool call)"),
       text("test_io_faults", "", "DSV4_TEST_IO_FAULTS", "",
            "test hook: make chosen weight reads fail, come back short or run at a limited rate, e.g. "
            "'eio:path=model-00002:offset=123456' or 'rate:path=/mnt/a/:mbps=500' (rules separated by ';'; "

@@ -405,8 +405,12 @@ Json content_json(const ChatAnswer& a, bool thinking) {
   Json blocks = Json::array();
   if (thinking || !a.reasoning.empty()) blocks.push_back({{"type", "thinking"}, {"thinking", a.reasoning}, {"signature", ""}});
   if (!a.content.empty()) blocks.push_back({{"type", "text"}, {"text", a.content}});
-  for (const chat::ToolCall& c : a.tool_calls)
-    blocks.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", tool_use_input(c.arguments)}});
+  for (size_t i = 0; i < a.tool_calls.size(); ++i) {
+    const chat::ToolCall& c = a.tool_calls[i];
+    const bool cut = a.cut_call && i + 1 == a.tool_calls.size();
+    blocks.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name},
+                      {"input", cut ? a.cut_input : tool_use_input(c.arguments)}});
+  }
   if (blocks.empty()) blocks.push_back({{"type", "text"}, {"text", ""}});
   return blocks;
 }
@@ -493,7 +497,10 @@ std::string StreamEncoder::delta(const ChatDelta& d) {
   if (!d.tool_calls.empty()) {
     ensure_thinking_block(out);
     out += close();
-    for (const chat::ToolCall& c : d.tool_calls) {
+    for (size_t i = 0; i < d.tool_calls.size(); ++i) {
+      const chat::ToolCall& c = d.tool_calls[i];
+      // A cut call's input is its parameters so far, the same object the whole message has.
+      const Json input = d.cut_call && i + 1 == d.tool_calls.size() ? d.cut_input : tool_use_input(c.arguments);
       out += sse_event({{"type", "content_block_start"},
                         {"index", next_index_},
                         {"content_block", {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", Json::object()}}}});
@@ -501,7 +508,7 @@ std::string StreamEncoder::delta(const ChatDelta& d) {
                         {"index", next_index_},
                         {"delta",
                          {{"type", "input_json_delta"},
-                          {"partial_json", tool_use_input(c.arguments).dump(-1, ' ', false, Json::error_handler_t::replace)}}}});
+                          {"partial_json", input.dump(-1, ' ', false, Json::error_handler_t::replace)}}}});
       out += sse_event({{"type", "content_block_stop"}, {"index", next_index_++}});
     }
   }

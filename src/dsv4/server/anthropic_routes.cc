@@ -11,44 +11,52 @@ std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_hand
 // Tool call ids: "toolu_<hex>_<i>".
 std::string tool_use_prefix(const ResponseHeader& h) { return "toolu_" + h.id.substr(h.id.find('_') + 1) + "_"; }
 
-// disable_parallel_tool_use: the first call only.
-void limit_calls(const ApiRequest& r, std::vector<text::chat::ToolCall>& calls) {
-  if (!r.tool_choice.parallel && calls.size() > 1) calls.resize(1);
+// disable_parallel_tool_use: the first call only (a complete one, when a later call was cut).
+void limit_calls(const ApiRequest& r, ChatDelta& d) {
+  if (r.tool_choice.parallel || d.tool_calls.size() <= 1) return;
+  d.tool_calls.resize(1);
+  d.cut_call = false;
+  d.cut_input = nullptr;
 }
 
 class MessagesFormat final : public ResponseFormat {
  public:
-  MessagesFormat(const ApiRequest& r, ResponseHeader h, std::shared_ptr<Job> job)
+  MessagesFormat(const ApiRequest& r, ResponseHeader h, const Jobs& jobs)
       : request_(r),
         header_(h),
-        job_(std::move(job)),
+        job_(jobs.front()),
         parser_(answer_parser(r, tool_use_prefix(header_))),
         encoder_(std::move(h), r.thinking) {}
 
   // message_start waits for the job to start: then its usage can say how much the cache held.
   std::string start() override { return ""; }
 
-  std::string text(const std::string& piece) override { return started() + encoder_.delta(parser_.feed(piece)); }
+  // One choice: the Messages API has no `n`.
+  std::string text(size_t, const std::string& piece) override { return started() + encoder_.delta(parser_.feed(piece)); }
 
-  std::string end(const JobOutcome& o) override {
-    const GenerationResult& g = o.result;
+  std::string end(std::span<const JobOutcome* const> outcomes) override {
+    const GenerationResult& g = outcomes.front()->result;
     std::string out = started();
-    ChatDelta rest = parser_.finish();
-    limit_calls(request_, rest.tool_calls);
-    const std::string reason = anthropic::stop_reason(g.finish, g.stop_string, !rest.tool_calls.empty());
+    ChatDelta rest = parser_.finish(cut_short(g));
+    limit_calls(request_, rest);
+    const std::string reason = anthropic::stop_reason(g.finish, g.stop_string, !rest.tool_calls.empty() && !rest.cut_call);
     return out + encoder_.finish(rest, reason, g.stop_string, anthropic::usage_json(g.stats));
   }
 
   std::string error(const ApiError& e) override { return anthropic::StreamEncoder::error(e); }
 
-  std::string complete(const JobOutcome& o) override {
+  std::string complete(std::span<const JobOutcome* const> outcomes) override {
+    const JobOutcome& o = *outcomes.front();
     const GenerationResult& g = o.result;
     ChatOutputParser parser = answer_parser(request_, tool_use_prefix(header_));
     ChatDelta body = parser.feed(g.text);
-    ChatDelta end = parser.finish();
-    limit_calls(request_, end.tool_calls);
-    ChatAnswer answer{body.reasoning + end.reasoning, body.content + end.content, std::move(end.tool_calls)};
-    const std::string reason = anthropic::stop_reason(g.finish, g.stop_string, !answer.tool_calls.empty());
+    ChatDelta end = parser.finish(cut_short(g));
+    limit_calls(request_, end);
+    ChatAnswer answer{body.reasoning + end.reasoning, body.content + end.content, std::move(end.tool_calls),
+                      end.cut_call, std::move(end.cut_input)};
+    // A cut tool_use is returned as written so far, under the reason it was cut ("max_tokens").
+    const std::string reason =
+        anthropic::stop_reason(g.finish, g.stop_string, !answer.tool_calls.empty() && !answer.cut_call);
     Json message =
         anthropic::message_json(header_, answer, request_.thinking, reason, g.stop_string, anthropic::usage_json(g.stats));
     message["stats"] = stats_json(g.stats, o.queue_s);
@@ -85,8 +93,8 @@ std::vector<GenerationRoute> anthropic_routes(const RequestDefaults& defaults, c
   routes.push_back(GenerationRoute{
       "/v1/messages", "msg_", anthropic::messages_request_fields(),
       [defaults, limits](const Json& body) { return anthropic::parse_messages_request(body, defaults, limits); },
-      [](const ApiRequest& r, const ResponseHeader& h, const std::shared_ptr<Job>& job)
-          -> std::unique_ptr<ResponseFormat> { return std::make_unique<MessagesFormat>(r, h, job); },
+      [](const ApiRequest& r, const ResponseHeader& h, const Jobs& jobs)
+          -> std::unique_ptr<ResponseFormat> { return std::make_unique<MessagesFormat>(r, h, jobs); },
       nullptr, error_body});
   routes.push_back(GenerationRoute{
       "/v1/messages/count_tokens", "msg_", anthropic::messages_request_fields(),

@@ -20,6 +20,11 @@ size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
   return 0;
 }
 
+const std::string& tool_calls_start() {
+  static const std::string start = text::dsml::tool_calls_start();
+  return start;
+}
+
 }  // namespace
 
 ChatOutputParser::ChatOutputParser(bool thinking, bool tools, std::string id_prefix)
@@ -28,7 +33,7 @@ ChatOutputParser::ChatOutputParser(bool thinking, bool tools, std::string id_pre
 ChatDelta ChatOutputParser::feed(std::string_view text) {
   ChatDelta out;
   pending_ += text;
-  static const std::string tool_start = text::dsml::tool_calls_start();
+  const std::string& tool_start = tool_calls_start();
   for (;;) {
     if (phase_ == Phase::kReasoning) {
       const size_t at = pending_.find(chat::kThinkEnd);
@@ -68,14 +73,16 @@ ChatDelta ChatOutputParser::feed(std::string_view text) {
   }
 }
 
-ChatDelta ChatOutputParser::finish() {
+ChatDelta ChatOutputParser::finish(bool cut) {
   ChatDelta out;
   switch (phase_) {
     case Phase::kReasoning:  // the model never closed its thinking (e.g. it hit max_tokens)
       out.reasoning = std::move(pending_);
       break;
     case Phase::kContent:
-      out.content = std::move(pending_);
+      // Held back as a possible tool-call start: once it has the ｜DSML｜ token it is one, cut
+      // before anything of the call was written.
+      if (!(cut && tools_ && pending_.find(chat::kDsml) != std::string::npos)) out.content = std::move(pending_);
       break;
     case Phase::kToolCalls: {
       chat::ParseOptions po;
@@ -88,6 +95,17 @@ ChatDelta ChatOutputParser::finish() {
         out.tool_calls = std::move(m.tool_calls);
       } catch (const Error&) {
         out.content = std::move(block_);
+      }
+      if (!cut || !out.content.starts_with(tool_calls_start())) break;
+      try {
+        text::dsml::CutToolCalls calls = text::dsml::parse_cut_tool_calls(out.content, tool_calls_start().size());
+        for (size_t i = 0; i < calls.calls.size(); ++i) calls.calls[i].id = id_prefix_ + std::to_string(i);
+        out.content.clear();
+        out.tool_calls = std::move(calls.calls);
+        out.cut_call = calls.last_cut;
+        if (calls.last_cut) out.cut_input = std::move(calls.last_input);
+      } catch (const Error&) {
+        // Malformed before the cut: content, as a malformed whole block is.
       }
       break;
     }

@@ -21,6 +21,11 @@ struct ChatDelta {
   std::string reasoning;
   std::string content;
   std::vector<text::chat::ToolCall> tool_calls;  // only from finish()
+  // Only from finish(cut = true): the last tool call was cut short, its arguments are the text
+  // written so far (a prefix of what the whole call would give), and cut_input its parameters
+  // so far as an object (see text::dsml::CutToolCalls).
+  bool cut_call = false;
+  text::chat::Json cut_input = nullptr;
   bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
 };
 
@@ -32,9 +37,11 @@ class ChatOutputParser {
 
   // Feeds newly generated text; returns what became final.
   ChatDelta feed(std::string_view text);
-  // The end of the answer: returns the rest. A tool-call block that does not parse (malformed
-  // DSML, text after it) is returned as content rather than lost.
-  ChatDelta finish();
+  // The end of the answer: returns the rest. `cut`: the answer did not end on its own (it hit
+  // max_tokens, the context limit or a stop string), so a tool-call block still open is read as
+  // the calls written so far, the last one cut (never returned as markup). A tool-call block
+  // that does not parse (malformed DSML, text after it) is returned as content rather than lost.
+  ChatDelta finish(bool cut = false);
 
  private:
   enum class Phase { kReasoning, kContent, kToolCalls };

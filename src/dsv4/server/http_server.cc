@@ -229,7 +229,7 @@ struct Server::Impl {
   struct Prepared {
     std::optional<ApiError> error;
     ApiRequest request;
-    JobInput input;
+    std::vector<JobInput> choices;  // one job per choice (`n`)
     std::string answer;  // a route that answers at once (answer_at_once)
     std::vector<std::pair<std::string, std::string>> headers;  // for the answer (schema warnings)
   };
@@ -240,6 +240,17 @@ struct Server::Impl {
     explicit Waiter(net::io_context& io) : wake(io) {}
     net::steady_timer wake;
     bool client_gone = false;
+    // News arrived since the handler last looked: a cancel() that found no wait pending (the
+    // handler was writing) would be lost otherwise, and the handler would sleep through it.
+    bool news = false;
+    // Waits for news (or `deadline`) unless some arrived already.
+    awaitable<void> wait_until(Clock::time_point deadline) {
+      if (std::exchange(news, false)) co_return;
+      beast::error_code ec;
+      wake.expires_at(deadline);
+      co_await wake.async_wait(net::redirect_error(use_awaitable, ec));
+      news = false;
+    }
   };
 
   // An open connection, as the shutdown and the connection cap see it (io thread only).
@@ -293,11 +304,11 @@ struct Server::Impl {
                                    beast_request::Parser& parser, const HttpHead& head, const BodyFraming& framing,
                                    const GenerationRoute& route, Exchange& ex);
   awaitable<bool> send_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
-                              const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                              const Jobs& jobs, const std::shared_ptr<Waiter>& waiter,
                               ResponseFormat& format, const GenerationRoute& route, const Headers& headers,
                               Exchange& ex);
   awaitable<bool> stream_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
-                                const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                                const Jobs& jobs, const std::shared_ptr<Waiter>& waiter,
                                 ResponseFormat& format, const Headers& headers, Exchange& ex);
   awaitable<bool> write_reply(beast::tcp_stream& stream, int version, Reply reply, bool keep_alive, Exchange& ex);
   awaitable<void> linger_close(beast::tcp_stream& stream, uint64_t announced_body_bytes = 0);
@@ -313,7 +324,8 @@ struct Server::Impl {
   std::string route_name(const std::string& path) const;
   std::optional<ApiError> check_access(const HttpHead& head) const;
   Prepared prepare(const GenerationRoute& route, std::string body, Clock::time_point arrival);
-  JobInput make_job(const ApiRequest& r, Clock::time_point arrival, std::vector<std::string>& dropped);
+  // The jobs of a request: one per choice, which differ only in their seeds (and rules' state).
+  std::vector<JobInput> make_jobs(const ApiRequest& r, Clock::time_point arrival, std::vector<std::string>& dropped);
   void record(const Exchange& ex);
   void shutdown_connections();
   uint64_t random_u64() {
@@ -463,7 +475,8 @@ std::optional<ApiError> Server::Impl::check_access(const HttpHead& head) const {
 
 // ---- preparing a job (parse pool) -----------------------------------------------------------
 
-JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival, std::vector<std::string>& dropped) {
+std::vector<JobInput> Server::Impl::make_jobs(const ApiRequest& r, Clock::time_point arrival,
+                                              std::vector<std::string>& dropped) {
   JobInput in;
   in.arrival = arrival;
   const int64_t limit = scheduler.context_limit();
@@ -496,7 +509,8 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival, 
         tokenizer, r.thinking ? text::chat::ThinkingMode::kThinking : text::chat::ThinkingMode::kChat, r.tools);
   GenerationRequest& g = in.generation;
   g.sampling = r.sampling;
-  g.sampling.seed = r.seed ? *r.seed : random_u64();
+  const uint64_t seed = r.seed ? *r.seed : random_u64();
+  g.sampling.seed = seed;
   try {
     g.sampling.validate();
   } catch (const Error& e) {
@@ -514,7 +528,7 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival, 
     }
     // The answer must fit: below its shortest complete form it could only be cut short.
     const int64_t need = g.constraint->min_tokens();
-    if (r.max_tokens < need)
+    if (r.max_tokens < need && options.scheduler.steer_to_budget)
       throw_bad_request("max_tokens", "invalid_value",
                         fmt::format("max_tokens is {}, but the shortest complete answer in the requested format ({}) "
                                     "takes {} tokens: ask for at least {}.",
@@ -537,8 +551,13 @@ JobInput Server::Impl::make_job(const ApiRequest& r, Clock::time_point arrival, 
     rules.think_end = *think_end;
     rules.thinking_budget = r.thinking_budget;
   }
-  g.logits_filter = answer_logits_filter(rules);
-  return in;
+  std::vector<JobInput> choices(static_cast<size_t>(std::max(1, r.n)), in);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    // Choice i is what a request with seed + i gives alone (documented in docs/server.md).
+    choices[i].generation.sampling.seed = seed + i;
+    choices[i].generation.logits_filter = answer_logits_filter(rules);  // each its own progress
+  }
+  return choices;
 }
 
 Server::Impl::Prepared Server::Impl::prepare(const GenerationRoute& route, std::string body, Clock::time_point arrival) {
@@ -560,7 +579,7 @@ Server::Impl::Prepared Server::Impl::prepare(const GenerationRoute& route, std::
       return p;
     }
     std::vector<std::string> dropped;
-    p.input = make_job(p.request, arrival, dropped);
+    p.choices = make_jobs(p.request, arrival, dropped);
     p.headers = schema_warning_headers(dropped);
   } catch (const ApiException& e) {
     p.error = e.error();
@@ -902,20 +921,23 @@ awaitable<bool> Server::Impl::serve_generation(beast::tcp_stream& stream, beast:
 
   auto waiter = std::make_shared<Waiter>(io);
   std::weak_ptr<Waiter> weak = waiter;
-  std::shared_ptr<Job> job = scheduler.submit(std::move(admission.slot), std::move(p.input), [this, weak] {
+  const Jobs jobs = scheduler.submit_choices(std::move(admission.slot), std::move(p.choices), [this, weak] {
     net::post(io, [weak] {
-      if (auto w = weak.lock()) w->wake.cancel();
+      if (auto w = weak.lock()) {
+        w->news = true;
+        w->wake.cancel();
+      }
     });
   });
-  if (!job) {
+  if (jobs.empty()) {
     const ApiError e{503, "server_error", "The server is shutting down.", "", "shutting_down"};
     Reply r = error_reply(e, error_body(e));
     co_return co_await write_reply(stream, head.version, std::move(r), false, ex);
   }
   const ResponseHeader h{fmt::format("{}{:016x}", route.id_prefix, next_id.fetch_add(1)), unix_now(), options.model_name};
-  std::unique_ptr<ResponseFormat> format = route.format(p.request, h, job);
-  if (p.request.stream) co_return co_await stream_answer(stream, head, keep_alive, job, waiter, *format, p.headers, ex);
-  co_return co_await send_answer(stream, head, keep_alive, job, waiter, *format, route, p.headers, ex);
+  std::unique_ptr<ResponseFormat> format = route.format(p.request, h, jobs);
+  if (p.request.stream) co_return co_await stream_answer(stream, head, keep_alive, jobs, waiter, *format, p.headers, ex);
+  co_return co_await send_answer(stream, head, keep_alive, jobs, waiter, *format, route, p.headers, ex);
 }
 
 // Watches the socket while a handler waits for the engine: a closed connection (or one reset
@@ -935,44 +957,64 @@ void Server::Impl::watch_peer(beast::tcp_stream& stream, const std::shared_ptr<W
     if ((n == 0 && !peek) || (peek && peek != net::error::would_block && peek != net::error::try_again &&
                               peek != net::error::interrupted)) {
       waiter->client_gone = true;
+      waiter->news = true;
       waiter->wake.cancel();
     }
   });
 }
 
+namespace {
+
+std::vector<const JobOutcome*> outcomes_of(const Jobs& jobs) {
+  std::vector<const JobOutcome*> out;
+  for (const std::shared_ptr<Job>& j : jobs) out.push_back(&j->outcome());
+  return out;
+}
+
+// The error of a request whose jobs did not all finish: the first failure's, else the shutdown.
+std::optional<ApiError> jobs_error(const Jobs& jobs) {
+  for (const std::shared_ptr<Job>& j : jobs)
+    if (j->outcome().status == JobOutcome::Status::kFailed) return server_error(j->outcome().error);
+  for (const std::shared_ptr<Job>& j : jobs)
+    if (j->outcome().status != JobOutcome::Status::kDone)
+      return ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"};
+  return std::nullopt;
+}
+
+}  // namespace
+
 awaitable<bool> Server::Impl::send_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
-                                          const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                                          const Jobs& jobs, const std::shared_ptr<Waiter>& waiter,
                                           ResponseFormat& format, const GenerationRoute& route,
                                           const Headers& headers, Exchange& ex) {
   watch_peer(stream, waiter);
-  std::string unused;  // the text arrives in the outcome
   beast::error_code ec;
-  while (!job->take(unused)) {
-    unused.clear();
+  auto all_done = [&] {
+    bool done = true;
+    std::string unused;  // the text arrives in the outcome
+    for (const std::shared_ptr<Job>& j : jobs) done = j->take(unused) && done;
+    return done;
+  };
+  while (!all_done()) {
     if (waiter->client_gone) {
-      scheduler.cancel(job);
+      for (const std::shared_ptr<Job>& j : jobs) scheduler.cancel(j);
       ex.status = kClientClosed;
       record(ex);
       co_return false;
     }
-    waiter->wake.expires_after(1h);
-    co_await waiter->wake.async_wait(net::redirect_error(use_awaitable, ec));
+    co_await waiter->wait_until(Clock::now() + 1h);
   }
   stream.socket().cancel(ec);  // ends the peer watch
-  const JobOutcome& o = job->outcome();
-  if (o.status == JobOutcome::Status::kDone) {
-    Reply answer{200, "application/json", format.complete(o), headers};
-    co_return co_await write_reply(stream, head.version, std::move(answer), keep_alive, ex);
+  if (const std::optional<ApiError> e = jobs_error(jobs)) {
+    Reply failure = error_reply(*e, route.error_body ? route.error_body(*e) : e->body());
+    co_return co_await write_reply(stream, head.version, std::move(failure), false, ex);
   }
-  const ApiError e = o.status == JobOutcome::Status::kFailed
-                         ? server_error(o.error)
-                         : ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"};
-  Reply failure = error_reply(e, route.error_body ? route.error_body(e) : e.body());
-  co_return co_await write_reply(stream, head.version, std::move(failure), false, ex);
+  Reply answer{200, "application/json", format.complete(outcomes_of(jobs)), headers};
+  co_return co_await write_reply(stream, head.version, std::move(answer), keep_alive, ex);
 }
 
 awaitable<bool> Server::Impl::stream_answer(beast::tcp_stream& stream, const HttpHead& head, bool keep_alive,
-                                            const std::shared_ptr<Job>& job, const std::shared_ptr<Waiter>& waiter,
+                                            const Jobs& jobs, const std::shared_ptr<Waiter>& waiter,
                                             ResponseFormat& format, const Headers& headers, Exchange& ex) {
   // HTTP/1.1 gets a chunked stream; an HTTP/1.0 client gets the raw events and a close.
   const bool chunked = head.version == 11;
@@ -1002,7 +1044,7 @@ awaitable<bool> Server::Impl::stream_answer(beast::tcp_stream& stream, const Htt
     co_return !wec;
   };
   auto client_gone = [&]() {
-    scheduler.cancel(job);
+    for (const std::shared_ptr<Job>& j : jobs) scheduler.cancel(j);
     ex.status = kClientClosed;
     record(ex);
     return false;
@@ -1014,13 +1056,15 @@ awaitable<bool> Server::Impl::stream_answer(beast::tcp_stream& stream, const Htt
   auto last_write = Clock::now();
   std::string text;
   for (;;) {
-    const bool done = job->take(text);
-    if (!text.empty()) {
-      const std::string events = format.text(text);
+    bool done = true;
+    std::string events;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      done = jobs[i]->take(text) && done;
+      if (!text.empty()) events += format.text(i, text);
       text.clear();
-      if (!co_await send(events)) co_return client_gone();
-      if (!events.empty()) last_write = Clock::now();
     }
+    if (!co_await send(events)) co_return client_gone();
+    if (!events.empty()) last_write = Clock::now();
     if (done) break;
     if (waiter->client_gone) co_return client_gone();
     if (Clock::now() - last_write >= kKeepAliveComment) {
@@ -1028,25 +1072,20 @@ awaitable<bool> Server::Impl::stream_answer(beast::tcp_stream& stream, const Htt
       if (!co_await send(kComment)) co_return client_gone();
       last_write = Clock::now();
     }
-    waiter->wake.expires_at(last_write + kKeepAliveComment);
-    co_await waiter->wake.async_wait(net::redirect_error(use_awaitable, ec));
+    co_await waiter->wait_until(last_write + kKeepAliveComment);
   }
   stream.socket().cancel(ec);  // ends the peer watch
 
   // The status the client got: 200 for a stream that ended with [DONE], the error's own
   // status for one that ended with an error event.
-  const JobOutcome& o = job->outcome();
   std::string last;
-  if (o.status == JobOutcome::Status::kDone) {
-    last = format.end(o);
-    ex.status = 200;
-  } else {
-    const ApiError e = o.status == JobOutcome::Status::kFailed
-                           ? server_error(o.error)
-                           : ApiError{503, "server_error", "The server is shutting down.", "", "shutting_down"};
-    last = format.error(e);
-    ex.status = e.status;
+  if (const std::optional<ApiError> e = jobs_error(jobs)) {
+    last = format.error(*e);
+    ex.status = e->status;
     keep_alive = false;
+  } else {
+    last = format.end(outcomes_of(jobs));
+    ex.status = 200;
   }
   if (!co_await send(last)) co_return client_gone();
   if (chunked) {

@@ -87,8 +87,7 @@ void parse_common(const Fields& f, const RequestDefaults& d, const RequestLimits
   if (auto rp = f.number("repetition_penalty", 0, 100, true)) r.sampling.repetition_penalty = static_cast<float>(*rp);
   if (auto v = f.number("frequency_penalty", -2, 2)) r.sampling.frequency_penalty = static_cast<float>(*v);
   if (auto v = f.number("presence_penalty", -2, 2)) r.sampling.presence_penalty = static_cast<float>(*v);
-  if (auto n = f.integer("n", 1, std::numeric_limits<int64_t>::max()); n && *n != 1)
-    unsupported("n", "only one choice per request (n = 1) is supported.");
+  if (auto n = f.integer("n", 1, static_cast<int64_t>(limits.max_choices))) r.n = static_cast<int>(*n);
   if (auto s = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
     r.seed = static_cast<uint64_t>(*s);
   else
@@ -586,48 +585,60 @@ namespace {
 Json finish_value(const std::string& finish) { return finish.empty() ? Json(nullptr) : Json(finish); }
 }  // namespace
 
-Json chat_completion_json(const ResponseHeader& h, const ChatAnswer& a, bool thinking, const std::string& finish,
-                          Json usage, Json stats, Json logprobs) {
+GenerationStats choices_usage(std::span<const GenerationStats* const> choices) {
+  GenerationStats usage = *choices.front();
+  for (const GenerationStats* s : choices.subspan(1)) usage.generated_tokens += s->generated_tokens;
+  return usage;
+}
+
+Json chat_choice_json(size_t index, const ChatAnswer& a, bool thinking, const std::string& finish, Json logprobs) {
   Json message = {{"role", "assistant"}};
   message["content"] = a.content.empty() && !a.tool_calls.empty() ? Json(nullptr) : Json(a.content);
   if (thinking || !a.reasoning.empty()) message["reasoning_content"] = a.reasoning;
   if (!a.tool_calls.empty()) message["tool_calls"] = tool_calls_json(a.tool_calls, false);
+  return {{"index", index}, {"message", std::move(message)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+}
+
+Json chat_completion_json(const ResponseHeader& h, Json choices, Json usage, Json stats) {
   return {{"id", h.id},
           {"object", "chat.completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"message", message}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}}})},
+          {"choices", std::move(choices)},
           {"usage", std::move(usage)},
           {"stats", std::move(stats)}};
 }
 
-Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish, Json logprobs) {
+Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish, Json logprobs, size_t index) {
   return {{"id", h.id},
           {"object", "chat.completion.chunk"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+          {"choices", Json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
                                     {"finish_reason", finish_value(finish)}}})}};
 }
 
-Json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish, Json usage,
-                     Json stats, Json logprobs) {
+Json completion_choice_json(size_t index, const std::string& text, const std::string& finish, Json logprobs) {
+  return {{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+}
+
+Json completion_json(const ResponseHeader& h, Json choices, Json usage, Json stats) {
   return {{"id", h.id},
           {"object", "text_completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}}})},
+          {"choices", std::move(choices)},
           {"usage", std::move(usage)},
           {"stats", std::move(stats)}};
 }
 
-Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
-                           Json logprobs) {
+Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish, Json logprobs,
+                           size_t index) {
   return {{"id", h.id},
           {"object", "text_completion"},
           {"created", h.created},
           {"model", h.model},
-          {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)},
+          {"choices", Json::array({{{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)},
                                     {"finish_reason", finish_value(finish)}}})}};
 }
 

@@ -10,7 +10,8 @@
 // Accepted request fields (anything else is ignored, as OpenAI-compatible servers commonly do):
 //   both endpoints  model (required), stream, stream_options.include_usage, max_tokens,
 //                   temperature [0, 2], top_p (0, 1], seed, stop (string or up to 4 strings),
-//                   n (1 only), frequency_penalty / presence_penalty [-2, 2] (OpenAI's: over the
+//                   n [1, 16] (choices forked from one prefill: choice i is what seed + i gives
+//                   alone), frequency_penalty / presence_penalty [-2, 2] (OpenAI's: over the
 //                   tokens generated so far), user;
 //                   extensions: top_k, min_p, repetition_penalty, ignore_eos (keep generating
 //                   past the end-of-sentence token, as vLLM's extension: benchmarks, tests),
@@ -63,6 +64,7 @@ struct RequestLimits {
   size_t max_stop_bytes = 256;
   size_t max_model_bytes = 256;
   int64_t max_tokens = int64_t{1} << 30;
+  size_t max_choices = 16;  // n
 };
 
 // A request body as JSON. 400 for a body that is not UTF-8 (with the byte offset), too deeply
@@ -150,7 +152,8 @@ struct ApiRequest {
   int64_t thinking_budget = 0;  // > 0: the reasoning is closed after this many tokens
   int top_logprobs = -1;        // -1: no log-probabilities; n >= 0: chosen token + n alternatives
   SamplingParams sampling;
-  std::optional<uint64_t> seed;
+  std::optional<uint64_t> seed;  // choice i of n samples with seed + i (mod 2^64)
+  int n = 1;                      // choices (OpenAI endpoints; Anthropic's has none)
   int64_t max_tokens = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;
@@ -186,18 +189,28 @@ struct ChatAnswer {
   std::string reasoning;
   std::string content;
   std::vector<text::chat::ToolCall> tool_calls;
+  bool cut_call = false;  // the last tool call was cut short (ChatDelta::cut_call)
+  Json cut_input = nullptr;  // its parameters so far (Anthropic's tool_use input)
 };
 Json tool_calls_json(const std::vector<text::chat::ToolCall>& calls, bool with_index);
 
+// Usage of the choices of one request: the prompt (and what the cache held of it) once, as
+// the first choice saw it, and the completion tokens of all.
+GenerationStats choices_usage(std::span<const GenerationStats* const> choices);
+
 // `logprobs`: null, or chat_logprobs_json / completion_logprobs_json.
-Json chat_completion_json(const ResponseHeader& h, const ChatAnswer& answer, bool thinking, const std::string& finish,
-                          Json usage, Json stats, Json logprobs = nullptr);
-// One "chat.completion.chunk"; an empty `finish` is sent as null.
-Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish, Json logprobs = nullptr);
-Json completion_json(const ResponseHeader& h, const std::string& text, const std::string& finish, Json usage,
-                     Json stats, Json logprobs = nullptr);
+Json chat_choice_json(size_t index, const ChatAnswer& answer, bool thinking, const std::string& finish,
+                      Json logprobs = nullptr);
+// `choices`: an array of chat_choice_json.
+Json chat_completion_json(const ResponseHeader& h, Json choices, Json usage, Json stats);
+// One "chat.completion.chunk" of choice `index`; an empty `finish` is sent as null.
+Json chat_chunk_json(const ResponseHeader& h, Json delta, const std::string& finish, Json logprobs = nullptr,
+                     size_t index = 0);
+Json completion_choice_json(size_t index, const std::string& text, const std::string& finish, Json logprobs = nullptr);
+// `choices`: an array of completion_choice_json.
+Json completion_json(const ResponseHeader& h, Json choices, Json usage, Json stats);
 Json completion_chunk_json(const ResponseHeader& h, const std::string& text, const std::string& finish,
-                           Json logprobs = nullptr);
+                           Json logprobs = nullptr, size_t index = 0);
 // The last chunk of a stream with include_usage: no choices, the usage.
 Json usage_chunk_json(ApiKind kind, const ResponseHeader& h, Json usage, Json stats);
 

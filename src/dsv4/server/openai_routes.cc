@@ -31,102 +31,149 @@ class PendingLogprobs {
   std::vector<TokenLogprob> pending_;
 };
 
+// The outcomes' stats, for usage.
+std::vector<const GenerationStats*> stats_of(std::span<const JobOutcome* const> outcomes) {
+  std::vector<const GenerationStats*> out;
+  for (const JobOutcome* o : outcomes) out.push_back(&o->result.stats);
+  return out;
+}
+
 class ChatFormat final : public ResponseFormat {
  public:
-  ChatFormat(const ApiRequest& r, ResponseHeader h, std::shared_ptr<Job> job, const text::Tokenizer& tokenizer)
-      : request_(r),
-        header_(std::move(h)),
-        parser_(answer_parser(r, tool_call_prefix(header_))),
-        logprobs_(r, std::move(job), tokenizer),
-        tokenizer_(tokenizer) {}
+  ChatFormat(const ApiRequest& r, ResponseHeader h, const Jobs& jobs, const text::Tokenizer& tokenizer)
+      : request_(r), header_(std::move(h)), tokenizer_(tokenizer) {
+    for (const std::shared_ptr<Job>& job : jobs)
+      choices_.push_back(Choice{answer_parser(r, call_prefix(choices_.size())), PendingLogprobs(r, job, tokenizer)});
+  }
 
-  std::string start() override { return sse_event(chat_chunk_json(header_, {{"role", "assistant"}, {"content", ""}}, "")); }
+  std::string start() override {
+    std::string out;
+    for (size_t i = 0; i < choices_.size(); ++i)
+      out += sse_event(chat_chunk_json(header_, {{"role", "assistant"}, {"content", ""}}, "", nullptr, i));
+    return out;
+  }
 
-  std::string text(const std::string& piece) override { return delta_events(parser_.feed(piece)); }
+  std::string text(size_t choice, const std::string& piece) override {
+    return delta_events(choice, choices_[choice].parser.feed(piece));
+  }
 
-  std::string end(const JobOutcome& o) override {
-    const GenerationResult& g = o.result;
-    std::string out = delta_events(parser_.finish());
-    Json last = chat_chunk_json(header_, Json::object(), finish_reason_text(g.finish, tool_calls_sent_),
-                                logprobs_.take(true));
-    last["stats"] = stats_json(g.stats, o.queue_s);
-    out += sse_event(last);
+  std::string end(std::span<const JobOutcome* const> outcomes) override {
+    std::string out;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const GenerationResult& g = outcomes[i]->result;
+      Choice& c = choices_[i];
+      out += delta_events(i, c.parser.finish(cut_short(g)));
+      Json last = chat_chunk_json(header_, Json::object(), finish_reason_text(g.finish, c.tool_calls_sent && !c.cut_call),
+                                  c.logprobs.take(true), i);
+      last["stats"] = stats_json(g.stats, outcomes[i]->queue_s);
+      out += sse_event(last);
+    }
+    const JobOutcome& first = *outcomes.front();
     if (request_.include_usage)
-      out += sse_event(usage_chunk_json(ApiKind::kChat, header_, usage_json(g.stats), stats_json(g.stats, o.queue_s)));
+      out += sse_event(usage_chunk_json(ApiKind::kChat, header_, usage_json(choices_usage(stats_of(outcomes))),
+                                        stats_json(first.result.stats, first.queue_s)));
     return out + "data: [DONE]\n\n";
   }
 
   std::string error(const ApiError& e) override { return "data: " + e.body() + "\n\n"; }
 
-  std::string complete(const JobOutcome& o) override {
-    const GenerationResult& g = o.result;
-    ChatOutputParser parser = answer_parser(request_, tool_call_prefix(header_));
-    ChatDelta body = parser.feed(g.text);
-    ChatDelta end = parser.finish();
-    ChatAnswer answer{body.reasoning + end.reasoning, body.content + end.content, std::move(end.tool_calls)};
-    const std::string finish = finish_reason_text(g.finish, !answer.tool_calls.empty());
-    return dump(chat_completion_json(header_, answer, request_.thinking, finish, usage_json(g.stats),
-                                     stats_json(g.stats, o.queue_s),
-                                     request_.top_logprobs >= 0 ? chat_logprobs_json(g.logprobs, tokenizer_) : Json()));
+  std::string complete(std::span<const JobOutcome* const> outcomes) override {
+    Json choices = Json::array();
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      const GenerationResult& g = outcomes[i]->result;
+      ChatOutputParser parser = answer_parser(request_, call_prefix(i));
+      ChatDelta body = parser.feed(g.text);
+      ChatDelta end = parser.finish(cut_short(g));
+      ChatAnswer answer{body.reasoning + end.reasoning, body.content + end.content, std::move(end.tool_calls),
+                        end.cut_call, std::move(end.cut_input)};
+      // A cut call is returned as written so far, under the reason it was cut ("length").
+      const std::string finish = finish_reason_text(g.finish, !answer.tool_calls.empty() && !answer.cut_call);
+      choices.push_back(chat_choice_json(i, answer, request_.thinking, finish,
+                                         request_.top_logprobs >= 0 ? chat_logprobs_json(g.logprobs, tokenizer_) : Json()));
+    }
+    const JobOutcome& first = *outcomes.front();
+    return dump(chat_completion_json(header_, std::move(choices), usage_json(choices_usage(stats_of(outcomes))),
+                                     stats_json(first.result.stats, first.queue_s)));
   }
 
  private:
+  struct Choice {
+    ChatOutputParser parser;
+    PendingLogprobs logprobs;
+    bool tool_calls_sent = false;
+    bool cut_call = false;
+  };
+
+  // Tool call ids: "call_<response id>_<i>" for the first choice, "call_<response id>_<choice>_<i>" for others.
+  std::string call_prefix(size_t choice) const {
+    return tool_call_prefix(header_) + (choice ? std::to_string(choice) + "_" : "");
+  }
+
   // Log-probabilities go with the first chunk after they arrive.
-  std::string delta_events(const ChatDelta& d) {
+  std::string delta_events(size_t i, const ChatDelta& d) {
+    Choice& c = choices_[i];
     std::string out;
     if (!d.reasoning.empty())
-      out += sse_event(chat_chunk_json(header_, {{"reasoning_content", d.reasoning}}, "", logprobs_.take(true)));
-    if (!d.content.empty()) out += sse_event(chat_chunk_json(header_, {{"content", d.content}}, "", logprobs_.take(true)));
+      out += sse_event(chat_chunk_json(header_, {{"reasoning_content", d.reasoning}}, "", c.logprobs.take(true), i));
+    if (!d.content.empty())
+      out += sse_event(chat_chunk_json(header_, {{"content", d.content}}, "", c.logprobs.take(true), i));
     if (!d.tool_calls.empty()) {
-      tool_calls_sent_ = true;
-      out += sse_event(chat_chunk_json(header_, {{"tool_calls", tool_calls_json(d.tool_calls, true)}}, ""));
+      c.tool_calls_sent = true;
+      c.cut_call = d.cut_call;
+      out += sse_event(chat_chunk_json(header_, {{"tool_calls", tool_calls_json(d.tool_calls, true)}}, "", nullptr, i));
     }
     return out;
   }
 
   ApiRequest request_;
   ResponseHeader header_;
-  ChatOutputParser parser_;
-  PendingLogprobs logprobs_;
   const text::Tokenizer& tokenizer_;
-  bool tool_calls_sent_ = false;
+  std::vector<Choice> choices_;
 };
 
 class CompletionFormat final : public ResponseFormat {
  public:
-  CompletionFormat(const ApiRequest& r, ResponseHeader h, std::shared_ptr<Job> job, const text::Tokenizer& tokenizer)
-      : include_usage_(r.include_usage),
-        with_logprobs_(r.top_logprobs >= 0),
-        header_(std::move(h)),
-        logprobs_(r, std::move(job), tokenizer),
-        tokenizer_(tokenizer) {}
+  CompletionFormat(const ApiRequest& r, ResponseHeader h, const Jobs& jobs, const text::Tokenizer& tokenizer)
+      : include_usage_(r.include_usage), with_logprobs_(r.top_logprobs >= 0), header_(std::move(h)), tokenizer_(tokenizer) {
+    for (const std::shared_ptr<Job>& job : jobs) logprobs_.emplace_back(r, job, tokenizer);
+  }
 
   std::string start() override { return ""; }
-  std::string text(const std::string& piece) override {
-    return sse_event(completion_chunk_json(header_, piece, "", logprobs_.take(false)));
+  std::string text(size_t choice, const std::string& piece) override {
+    return sse_event(completion_chunk_json(header_, piece, "", logprobs_[choice].take(false), choice));
   }
-  std::string end(const JobOutcome& o) override {
-    const GenerationResult& g = o.result;
-    Json last = completion_chunk_json(header_, "", finish_reason_text(g.finish, false), logprobs_.take(false));
-    last["stats"] = stats_json(g.stats, o.queue_s);
-    std::string out = sse_event(last);
+  std::string end(std::span<const JobOutcome* const> outcomes) override {
+    std::string out;
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      const GenerationResult& g = outcomes[i]->result;
+      Json last = completion_chunk_json(header_, "", finish_reason_text(g.finish, false), logprobs_[i].take(false), i);
+      last["stats"] = stats_json(g.stats, outcomes[i]->queue_s);
+      out += sse_event(last);
+    }
+    const JobOutcome& first = *outcomes.front();
     if (include_usage_)
-      out += sse_event(usage_chunk_json(ApiKind::kCompletion, header_, usage_json(g.stats), stats_json(g.stats, o.queue_s)));
+      out += sse_event(usage_chunk_json(ApiKind::kCompletion, header_, usage_json(choices_usage(stats_of(outcomes))),
+                                        stats_json(first.result.stats, first.queue_s)));
     return out + "data: [DONE]\n\n";
   }
   std::string error(const ApiError& e) override { return "data: " + e.body() + "\n\n"; }
-  std::string complete(const JobOutcome& o) override {
-    const GenerationResult& g = o.result;
-    return dump(completion_json(header_, g.text, finish_reason_text(g.finish, false), usage_json(g.stats),
-                                stats_json(g.stats, o.queue_s),
-                                with_logprobs_ ? completion_logprobs_json(g.logprobs, tokenizer_) : Json()));
+  std::string complete(std::span<const JobOutcome* const> outcomes) override {
+    Json choices = Json::array();
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      const GenerationResult& g = outcomes[i]->result;
+      choices.push_back(completion_choice_json(i, g.text, finish_reason_text(g.finish, false),
+                                               with_logprobs_ ? completion_logprobs_json(g.logprobs, tokenizer_) : Json()));
+    }
+    const JobOutcome& first = *outcomes.front();
+    return dump(completion_json(header_, std::move(choices), usage_json(choices_usage(stats_of(outcomes))),
+                                stats_json(first.result.stats, first.queue_s)));
   }
 
  private:
   bool include_usage_, with_logprobs_;
   ResponseHeader header_;
-  PendingLogprobs logprobs_;
   const text::Tokenizer& tokenizer_;
+  std::vector<PendingLogprobs> logprobs_;
 };
 
 }  // namespace
@@ -135,6 +182,8 @@ ChatOutputParser answer_parser(const ApiRequest& r, const std::string& id_prefix
   return ChatOutputParser(r.thinking, r.tools, id_prefix);
 }
 
+bool cut_short(const GenerationResult& g) { return g.finish != FinishReason::kStop || !g.stop_string.empty(); }
+
 std::vector<GenerationRoute> openai_routes(const RequestDefaults& defaults, const RequestLimits& limits,
                                            const text::Tokenizer& tokenizer) {
   auto error_body = [](const ApiError& e) { return e.body(); };
@@ -142,14 +191,14 @@ std::vector<GenerationRoute> openai_routes(const RequestDefaults& defaults, cons
   routes.push_back(GenerationRoute{
       "/v1/chat/completions", "chatcmpl-", chat_request_fields(),
       [defaults, limits](const Json& body) { return parse_chat_request(body, defaults, limits); },
-      [&tokenizer](const ApiRequest& r, const ResponseHeader& h, const std::shared_ptr<Job>& job)
-          -> std::unique_ptr<ResponseFormat> { return std::make_unique<ChatFormat>(r, h, job, tokenizer); },
+      [&tokenizer](const ApiRequest& r, const ResponseHeader& h, const Jobs& jobs)
+          -> std::unique_ptr<ResponseFormat> { return std::make_unique<ChatFormat>(r, h, jobs, tokenizer); },
       nullptr, error_body});
   routes.push_back(GenerationRoute{
       "/v1/completions", "cmpl-", completion_request_fields(),
       [defaults, limits](const Json& body) { return parse_completion_request(body, defaults, limits); },
-      [&tokenizer](const ApiRequest& r, const ResponseHeader& h, const std::shared_ptr<Job>& job)
-          -> std::unique_ptr<ResponseFormat> { return std::make_unique<CompletionFormat>(r, h, job, tokenizer); },
+      [&tokenizer](const ApiRequest& r, const ResponseHeader& h, const Jobs& jobs)
+          -> std::unique_ptr<ResponseFormat> { return std::make_unique<CompletionFormat>(r, h, jobs, tokenizer); },
       nullptr, error_body});
   return routes;
 }

@@ -19,4 +19,8 @@ std::vector<GenerationRoute> openai_routes(const RequestDefaults& defaults, cons
 // The answer parser of a chat or messages request; tool call ids are id_prefix + index.
 ChatOutputParser answer_parser(const ApiRequest& r, const std::string& id_prefix);
 
+// The answer did not end on its own (max_tokens, the context limit, a stop string): a tool
+// call still being written is a cut call (ChatOutputParser::finish).
+bool cut_short(const GenerationResult& g);
+
 }  // namespace dsv4::server

@@ -55,7 +55,30 @@ std::unique_ptr<PrefixStore> open_store(const Engine& engine, const SchedulerOpt
   return std::make_unique<PrefixStore>(o.cache_dir, o.cache_dir_bytes, store_identity(engine), limits, std::move(warn));
 }
 
+// Adds what a prefill stage before the answer cost to `total`.
+void add_prefill(GenerationStats& total, const GenerationStats& stage) {
+  total.prefill_s += stage.prefill_s;
+  total.prefilled_tokens += stage.prefilled_tokens;
+  total.expert_requests += stage.expert_requests;
+  total.expert_hits += stage.expert_hits;
+  total.bytes_read += stage.bytes_read;
+}
+
 }  // namespace
+
+void ForkPoint::open() {
+  {
+    std::lock_guard lock(mu_);
+    open_ = true;
+  }
+  cv_.notify_all();
+}
+
+void ForkPoint::wait(const std::atomic<bool>& cancel) {
+  std::unique_lock lock(mu_);
+  // A cancellation does not notify this: it is looked at every few milliseconds.
+  while (!open_ && !cancel.load()) cv_.wait_for(lock, std::chrono::milliseconds(10));
+}
 
 bool Job::wait(std::chrono::milliseconds timeout, std::string& text) {
   std::unique_lock lock(mu_);
@@ -116,15 +139,32 @@ Scheduler::Admission Scheduler::reserve() {
 }
 
 std::shared_ptr<Job> Scheduler::submit(Reservation slot, JobInput input, std::function<void()> on_news) {
+  std::vector<JobInput> one;
+  one.push_back(std::move(input));
+  std::vector<std::shared_ptr<Job>> jobs = submit_choices(std::move(slot), std::move(one), std::move(on_news));
+  return jobs.empty() ? nullptr : jobs.front();
+}
+
+std::vector<std::shared_ptr<Job>> Scheduler::submit_choices(Reservation slot, std::vector<JobInput> choices,
+                                                            std::function<void()> on_news) {
   if (slot.scheduler_ != this) fail("Scheduler::submit: the reservation is not this scheduler's");
   std::lock_guard lock(mu_);
-  slot.scheduler_ = nullptr;  // the place passes to the job
+  slot.scheduler_ = nullptr;  // the place passes to the jobs
   --reserved_;
-  if (stopping_) return nullptr;
-  auto job = std::make_shared<Job>(std::move(input), std::move(on_news));
-  queue_.push_back(job);
+  if (stopping_) return {};
+  // Queued one after another, so the first choice (which prefills for the others) starts
+  // first: no choice waits for one that has no slot.
+  auto fork = choices.size() > 1 ? std::make_shared<ForkPoint>() : nullptr;
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    auto job = std::make_shared<Job>(std::move(choices[i]), on_news);
+    job->fork_ = fork;
+    job->fork_leader_ = fork && i == 0;
+    queue_.push_back(job);
+    jobs.push_back(std::move(job));
+  }
   cv_.notify_all();
-  return job;
+  return jobs;
 }
 
 Scheduler::Submitted Scheduler::submit(JobInput input) {
@@ -180,6 +220,7 @@ void Scheduler::finish(Job& job, JobOutcome::Status status, std::string error) {
     job.finished_ = true;
     job.cv_.notify_all();
   }
+  if (job.fork_leader_) job.fork_->open();  // ended before its prompt snapshot: the others go alone
   job.notify();
 }
 
@@ -196,6 +237,9 @@ void Scheduler::worker_loop(size_t slot) {
     }
     const auto start = Clock::now();
     {
+      // A later choice of an n > 1 request starts once the first has left its prompt's
+      // snapshot; it waits outside the batch, whose shared passes would wait for its rows.
+      if (job->fork_ && !job->fork_leader_) job->fork_->wait(job->cancel_);
       // While it generates, this slot's passes are shared with the other slots'.
       Engine::BatchMember member = options_.parallel > 1 ? engine_.join_batch() : Engine::BatchMember();
       run(*job);
@@ -282,27 +326,38 @@ void Scheduler::run(Job& job) {
     GenerationRequest req = in.generation;
     req.context_limit = context_limit_;
     req.chunk = options_.chunk;
+    req.steer_to_budget = options_.steer_to_budget;
     GenerationCallbacks cb;
     cb.cancel = &job.cancel_;
-    GenerationStats history_stats;
+    GenerationStats prefix_stats;  // the stages before the answer's
 
-    // Stage 1: prefill up to the history boundary and keep a snapshot there.
-    const size_t boundary = in.history_suffix > 0 && in.history_suffix < prompt.size() ? prompt.size() - in.history_suffix : 0;
-    if (boundary > session.tokens.size()) {
-      GenerationRequest history = req;
-      history.prompt.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(boundary));
-      history.max_tokens = 0;
-      history.constraint = nullptr;
-      history.stop_strings.clear();
+    // Prefills the prompt up to `end` and keeps a snapshot there; false when cancelled.
+    auto prefill_to = [&](size_t end) {
+      GenerationRequest upto = req;
+      upto.prompt.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(end));
+      upto.max_tokens = 0;
+      upto.constraint = nullptr;
+      upto.stop_strings.clear();
       cb.detokenize = [](int32_t) { return std::string(); };
-      GenerationResult r = generate(engine_, session, history, cb);
-      history_stats = r.stats;
+      GenerationResult r = generate(engine_, session, upto, cb);
+      add_prefill(prefix_stats, r.stats);
       if (r.finish == FinishReason::kCancelled) {
         out.result = std::move(r);
         finish(job, JobOutcome::Status::kCancelled);
-        return;
+        return false;
       }
       store_snapshot(session, {});
+      return true;
+    };
+    // Stage 1: prefill up to the history boundary and keep a snapshot there.
+    const size_t boundary = in.history_suffix > 0 && in.history_suffix < prompt.size() ? prompt.size() - in.history_suffix : 0;
+    if (boundary > session.tokens.size() && !prefill_to(boundary)) return;
+    // The first of several choices: the prompt but its last token (a session must have a token
+    // left to feed for the first logits), for the other choices to start from.
+    if (job.fork_leader_) {
+      const size_t fork_at = prompt.size() - 1;
+      if (fork_at > session.tokens.size() && !prefill_to(fork_at)) return;
+      job.fork_->open();
     }
 
     // Stage 2: the rest of the prompt and the answer.
@@ -329,12 +384,8 @@ void Scheduler::run(Job& job) {
     GenerationResult r = generate(engine_, session, req, cb);
     // One set of stats for the whole request (both stages).
     r.stats.reused_tokens = reused;
-    r.stats.prefill_s += history_stats.prefill_s;
-    r.stats.prefilled_tokens += history_stats.prefilled_tokens;
     r.stats.ttft_s += seconds_between(start, answer_start);
-    r.stats.expert_requests += history_stats.expert_requests;
-    r.stats.expert_hits += history_stats.expert_hits;
-    r.stats.bytes_read += history_stats.bytes_read;
+    add_prefill(r.stats, prefix_stats);
     out.ttft_s = out.queue_s + r.stats.ttft_s;
     const bool cancelled = r.finish == FinishReason::kCancelled;
     // The answer's last token was sampled but not fed: it becomes the snapshot's tail, so the

@@ -10,7 +10,11 @@
 // session snapshot the prompt extends, and after it the worker stores snapshots for the next
 // turn of the conversation: one at the start of the last user turn (the history the next
 // request repeats even when it rewrites the answer, as thinking mode does) and one after the
-// answer.
+// answer. The n choices of one request (OpenAI's `n`) are n jobs queued together: the first
+// prefills the prompt (all of it but the last token) and leaves that snapshot in the prefix
+// cache before it generates; the others wait in their slots until it has, then start from it
+// as any request starts from a cached prefix, so the prompt is prefilled once and every choice
+// is exactly what it would be alone.
 #pragma once
 
 #include <atomic>
@@ -54,6 +58,9 @@ struct SchedulerOptions {
   // Test hook (DSV4_TEST_TOKEN_DELAY_MS): pause after each generated token, so browser tests
   // can watch an answer stream and stop it even though a tiny model decodes in microseconds.
   int token_delay_ms = 0;
+  // Test hook (DSV4_TEST_UNSTEERED_CONSTRAINTS): GenerationRequest::steer_to_budget; the
+  // server then also takes a max_tokens below a constrained answer's minimum.
+  bool steer_to_budget = true;
 };
 
 struct JobInput {
@@ -81,6 +88,20 @@ struct JobStart {
   int64_t reused_tokens = 0;  // supplied by the prefix cache
 };
 
+// Where the choices of one request meet: open once the first choice's prompt snapshot is in
+// the prefix cache (or that choice has ended without one).
+class ForkPoint {
+ public:
+  void open();
+  // Waits until open() or `cancel`.
+  void wait(const std::atomic<bool>& cancel);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
 class Job {
  public:
   // `on_news` (optional) is called from the worker, without locks held, whenever text arrives
@@ -106,6 +127,8 @@ class Job {
   }
   JobInput input_;
   std::function<void()> on_news_;
+  std::shared_ptr<ForkPoint> fork_;  // set for the choices of an n > 1 request
+  bool fork_leader_ = false;         // the choice that prefills for the others
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -154,6 +177,10 @@ class Scheduler {
   Admission reserve();
   // Turns a reservation into a queued job; null when the scheduler stopped meanwhile.
   std::shared_ptr<Job> submit(Reservation slot, JobInput input, std::function<void()> on_news = {});
+  // The choices of one request (the same prompt), queued together on one reservation: one
+  // prefill, forked (see above). Empty when the scheduler stopped meanwhile.
+  std::vector<std::shared_ptr<Job>> submit_choices(Reservation slot, std::vector<JobInput> choices,
+                                                   std::function<void()> on_news = {});
 
   struct Submitted {
     std::shared_ptr<Job> job;  // null: refused

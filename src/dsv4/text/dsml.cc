@@ -112,7 +112,102 @@ Parameter parse_parameter(std::string_view s) {
   fail("tool call: malformed parameter {:?}", std::string(s));
 }
 
+// `text` without a trailing proper prefix of `marker` (a marker being written when the text
+// was cut).
+std::string_view drop_partial_marker(std::string_view text, std::string_view marker) {
+  for (size_t len = std::min(marker.size() - 1, text.size()); len > 0; --len)
+    if (text.substr(text.size() - len) == marker.substr(0, len)) return text.substr(0, text.size() - len);
+  return text;
+}
+
+// A JSON string as written so far: its text without the closing quote (escaping goes
+// character by character, so this is a prefix of the whole string's text).
+std::string open_json_string(std::string_view s) {
+  std::string quoted = python_json_dumps(Json(std::string(s)));
+  quoted.pop_back();
+  return quoted;
+}
+
+// The argument text of one parameter, as parse_tool_calls writes it.
+std::string argument_text(const Parameter& p) {
+  return python_json_dumps(Json(p.name)) + ": " + (p.is_string ? python_json_dumps(Json(p.value)) : p.value);
+}
+
+// What the cut parameter `s` (the text after "<｜DSML｜parameter") adds to the arguments text
+// and to `input`.
+std::string cut_parameter(std::string_view s, Json& input) {
+  constexpr std::string_view kName = " name=\"";
+  constexpr std::string_view kFlag = "\" string=\"";
+  if (s.substr(0, kName.size()) != kName) return "";  // the name is not begun
+  const std::string_view rest = s.substr(kName.size());
+  const size_t name_end = rest.find(kFlag);
+  if (name_end == std::string_view::npos) return open_json_string(drop_partial_marker(rest, kFlag));
+  const std::string name(rest.substr(0, name_end));
+  std::string out = python_json_dumps(Json(name)) + ": ";
+  const std::string_view flagged = rest.substr(name_end + kFlag.size());
+  const std::string value_end = "</" + kDsml + "parameter";
+  for (const bool is_string : {true, false}) {
+    const std::string_view flag = is_string ? "true\">" : "false\">";
+    if (flagged.substr(0, flag.size()) != flag) continue;
+    const std::string_view value = drop_partial_marker(flagged.substr(flag.size()), value_end);
+    if (is_string) {
+      input[name] = std::string(value);
+      return out + open_json_string(value);
+    }
+    if (Json::accept(value)) input[name] = Json::parse(value);
+    return out + std::string(value);
+  }
+  return out;  // the string="..." flag is being written
+}
+
 }  // namespace
+
+CutToolCalls parse_cut_tool_calls(std::string_view text, size_t begin) {
+  CutToolCalls out;
+  const std::string_view block = text.substr(begin);
+  // The complete invokes: everything through the last </｜DSML｜invoke, closed as a whole block.
+  std::string_view tail = block;
+  if (const size_t last = block.rfind(kInvokeClose); last != std::string_view::npos) {
+    const size_t after = last + kInvokeClose.size();
+    const std::string whole = std::string(block.substr(0, after)) + ">\n" + kBlockClose;
+    size_t end = 0;
+    out.calls = parse_tool_calls(whole, 0, end);
+    tail = block.substr(after);
+    if ((">\n" + kBlockClose).starts_with(tail)) return out;  // the block was being closed
+  }
+  // The cut invoke (or one being opened, which has nothing to show yet).
+  const std::string open = ">\n" + kInvokeOpen;
+  if (open.starts_with(tail)) return out;
+  if (!tail.starts_with(open)) fail("tool call: expected {:?} but got {:?}", open, std::string(tail.substr(0, 64)));
+  const std::string_view invoke = tail.substr(open.size());
+  constexpr std::string_view kName = " name=\"";
+  const size_t name_end = invoke.find("\">");
+  if (!invoke.starts_with(kName) || name_end == std::string_view::npos) return out;  // its name is not complete
+  chat::ToolCall call;
+  call.name = std::string(invoke.substr(kName.size(), name_end - kName.size()));
+  call.arguments = "{";
+  size_t at = name_end + 3;  // after ">\n"
+  for (bool first = true; at < invoke.size(); first = false) {
+    const std::string_view rest = invoke.substr(at);
+    if (!rest.starts_with(kParamOpen)) break;  // a parameter being opened, or the invoke being closed
+    const std::string_view param = rest.substr(kParamOpen.size());
+    const size_t close = param.find(kParamClose);
+    if (!first) call.arguments += ", ";
+    if (close == std::string_view::npos) {  // the cut parameter
+      call.arguments += cut_parameter(param, out.last_input);
+      break;
+    }
+    const Parameter p = parse_parameter(param.substr(0, close));
+    if (!p.is_string && !Json::accept(p.value))
+      fail("tool call: parameter {:?} is marked string=\"false\" but {:?} is not JSON", p.name, p.value);
+    out.last_input[p.name] = p.is_string ? Json(p.value) : Json::parse(p.value);
+    call.arguments += argument_text(p);
+    at += kParamOpen.size() + close + kParamClose.size() + 2;  // after ">\n"
+  }
+  out.calls.push_back(std::move(call));
+  out.last_cut = true;
+  return out;
+}
 
 std::string tool_calls_start() { return "\n\n<" + kDsml + "tool_calls"; }
 
@@ -172,15 +267,9 @@ std::vector<chat::ToolCall> parse_tool_calls(std::string_view text, size_t index
     // JSON-quoted, other values verbatim — which must then be JSON (stricter than the official).
     std::string arguments = "{";
     for (size_t i = 0; i < params.size(); ++i) {
-      if (i) arguments += ", ";
-      arguments += python_json_dumps(Json(params[i].name)) + ": ";
-      if (params[i].is_string) {
-        arguments += python_json_dumps(Json(params[i].value));
-      } else {
-        if (!Json::accept(params[i].value))
-          fail("tool call: parameter {:?} is marked string=\"false\" but {:?} is not JSON", params[i].name, params[i].value);
-        arguments += params[i].value;
-      }
+      if (!params[i].is_string && !Json::accept(params[i].value))
+        fail("tool call: parameter {:?} is marked string=\"false\" but {:?} is not JSON", params[i].name, params[i].value);
+      arguments += (i ? ", " : "") + argument_text(params[i]);
     }
     arguments += "}";
     call.arguments = std::move(arguments);
