@@ -21,6 +21,10 @@
 // every expert and the reads of one pass end together (whole experts per folder leave one
 // drive idle while the other finishes the pass's odd expert: 1.5x of one drive measured, not
 // 2x); a small window is read whole from the folder with the least queued bytes.
+// Neighbours: in the official layout a layer's scales are one run in the file (sorted by
+// name), so when the reads of experts whose scales sit end to end start together (a needed or
+// expected expert pulls its waiting neighbours forward), their scale windows are one vectored
+// request landing in each slot; the 4 KiB page two windows share is copied into the second.
 // Faults: a piece that fails, comes back short, or lands in a shard that changed under the
 // engine (shard_files.h) makes the whole read retry without that copy (on the others), and
 // only when none is left does acquire() throw Error naming the expert,
