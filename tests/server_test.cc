@@ -184,6 +184,40 @@ TEST(Server, SecondTurnReusesTheWholeFirstTurn) {
   EXPECT_NE(metrics.find("dsv4_prefix_cache_lookups_total{result=\"hit\"}"), std::string::npos);
 }
 
+// Block snapshots: the same long prompt again reuses all of it but the last token, and the same
+// document with another question reuses every block before the question; the answers are the
+// ones a server with nothing cached gives.
+TEST(Server, BlockSnapshotsReuseALongDocumentAndAnIdenticalPrompt) {
+  ServerOptions o = test_options();
+  o.scheduler.cache_block = 64;  // a multiple of tiny-a's compression ratios (4, 8)
+  o.scheduler.cache_entries = 16;
+  TestServer s(o);
+  std::string doc;
+  for (int i = 0; i < 60; ++i) doc += "The keeper lit lamp " + std::to_string(i) + " at dusk and logged the tide. ";
+  auto ask = [&](TestServer& server, const std::string& question) {
+    Reply r = post(server, "/v1/chat/completions", user_chat(doc + "\n\n" + question, 6));
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r;
+  };
+  Reply a = ask(s, "Which lamp was lit first?");
+  const int64_t p1 = a.json["usage"]["prompt_tokens"];
+  ASSERT_GT(p1, 600);
+  EXPECT_EQ(a.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  Reply again = ask(s, "Which lamp was lit first?");
+  EXPECT_EQ(again.json["usage"]["prompt_tokens_details"]["cached_tokens"], p1 - 1);
+  EXPECT_EQ(again.json["choices"][0]["message"]["content"], a.json["choices"][0]["message"]["content"]);
+  Reply b = ask(s, "What did the keeper log?");
+  const int64_t p2 = b.json["usage"]["prompt_tokens"];
+  const int64_t cached = b.json["usage"]["prompt_tokens_details"]["cached_tokens"];
+  // Every whole block before the question: at most one block short of the shared prefix.
+  EXPECT_GE(cached, p2 - 64 - 16) << p2;
+  EXPECT_EQ(cached % 64, 0);
+  TestServer fresh;
+  Reply c = ask(fresh, "What did the keeper log?");
+  EXPECT_EQ(c.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(b.json["choices"][0]["message"]["content"], c.json["choices"][0]["message"]["content"]);
+}
+
 TEST(Server, ThinkingAnswersComeAsReasoningContent) {
   TestServer s;
   Json body = user_chat(kLighthouse, 6);

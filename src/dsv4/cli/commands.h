@@ -121,6 +121,7 @@ struct ServeOptions {
   std::string model_name;  // empty: the checkpoint directory's name
   int cache_entries = 0;
   int64_t cache_mb = 0;
+  int64_t cache_block = 0;
   int64_t max_body_mb = 0;
   int token_delay_ms = 0;  // DSV4_TEST_TOKEN_DELAY_MS (test hook)
   bool unsteered_constraints = false;  // DSV4_TEST_UNSTEERED_CONSTRAINTS (test hook)

@@ -185,6 +185,7 @@ void register_serve(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "model_name", s.model_name);
   b.add(cmd, "cache_entries", s.cache_entries);
   b.add(cmd, "cache_mb", s.cache_mb);
+  b.add(cmd, "cache_block", s.cache_block);
   b.add(cmd, "max_body_mb", s.max_body_mb);
   b.add(cmd, "cache_dir", s.cache_dir);
   b.add(cmd, "cache_dir_mb", s.cache_dir_mb);

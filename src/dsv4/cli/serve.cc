@@ -115,6 +115,13 @@ int serve(const ServeOptions& o) {
   so.scheduler.max_queue = static_cast<size_t>(o.max_queue);
   so.scheduler.cache_entries = static_cast<size_t>(o.cache_entries);
   so.scheduler.cache_bytes = static_cast<uint64_t>(o.cache_mb) << 20;
+  // A block boundary where every compressor's window is complete: a block snapshot then holds
+  // no compressor remainder to speak of, and its entries are final.
+  for (const LayerSpec& layer : lm.engine->config().layers)
+    if (layer.compress_ratio > 0 && o.cache_block % layer.compress_ratio != 0)
+      fail("--cache-block {} must be a multiple of the checkpoint's compression ratios (this layer's is {})",
+           o.cache_block, layer.compress_ratio);
+  so.scheduler.cache_block = o.cache_block;
   so.scheduler.cache_dir = o.cache_dir;
   so.scheduler.cache_dir_bytes = static_cast<uint64_t>(o.cache_dir_mb) << 20;
   so.model_aliases = o.model_aliases;

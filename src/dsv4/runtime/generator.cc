@@ -158,7 +158,8 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
     if (cb.on_prefill_progress) cb.on_prefill_progress(0, to_prefill);  // the progress clock starts here
     while (done < prompt_len) {
       if (cb.cancel && cb.cancel->load()) return cancelled();
-      const int64_t n = std::min(chunk, prompt_len - done);
+      int64_t n = std::min(chunk, prompt_len - done);
+      if (cb.snapshot_every > 0) n = std::min(n, cb.snapshot_every - done % cb.snapshot_every);
       const bool last = done + n == prompt_len;
       try {
         engine.forward(session, std::span<const int32_t>(req.prompt).subspan(done, n), last ? logits.data() : nullptr,
@@ -171,6 +172,7 @@ GenerationResult generate(Engine& engine, SessionState& session, const Generatio
       }
       done += n;
       st.prefilled_tokens = done - st.reused_tokens;
+      if (cb.on_snapshot && cb.snapshot_every > 0 && !last && done % cb.snapshot_every == 0) cb.on_snapshot(session);
       if (cb.on_prefill_progress) cb.on_prefill_progress(st.prefilled_tokens, to_prefill);
     }
   }

@@ -115,6 +115,11 @@ struct GenerationCallbacks {
   const std::atomic<bool>* cancel = nullptr;                           // optional
   // The logits each generated token was drawn from, in order (optional; tests, log-probs).
   std::function<void(std::span<const float>)> on_logits;
+  // Prefill passes end at every multiple of snapshot_every tokens (0: where the chunks fall),
+  // and on_snapshot sees the session there, before the prompt's end (optional; the prefix
+  // cache's block snapshots).
+  int64_t snapshot_every = 0;
+  std::function<void(const SessionState&)> on_snapshot;
 };
 
 // Runs a generation in `session`. If the session's tokens are a prefix of the prompt only

@@ -168,6 +168,9 @@ std::vector<Setting> make_table() {
               "serve: session snapshots the prefix cache keeps (0 = no prefix cache)"),
       integer("cache_mb", "--cache-mb", "DSV4_CACHE_MB", 1024, 0, int64_t{1} << 30,
               "serve: memory bound of the prefix cache in MiB (planned inside --ram)"),
+      integer("cache_block", "--cache-block", "DSV4_CACHE_BLOCK", 512, 0, kMaxTokens,
+              "serve: the prefix cache keeps a block snapshot every this many prompt tokens, shared by every "
+              "prompt that agrees up to there (a multiple of the compression ratios; 0 = none)"),
       integer("max_body_mb", "--max-body-mb", "DSV4_MAX_BODY_MB", 16, 1, 4096,
               "serve: largest request body in MiB (larger: 413)"),
       path("cache_dir", "--cache-dir", "DSV4_CACHE_DIR",

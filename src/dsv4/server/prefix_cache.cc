@@ -1,14 +1,53 @@
 #include "dsv4/server/prefix_cache.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "dsv4/model/session_io.h"
 
 namespace dsv4::server {
 namespace {
 
-uint64_t entry_bytes(const SessionState& s, const std::vector<int32_t>& key, const std::string& text) {
-  return s.bytes() + static_cast<uint64_t>(key.capacity()) * sizeof(int32_t) + text.capacity();
+bool starts_with(std::span<const int32_t> seq, std::span<const int32_t> prefix) {
+  return prefix.size() <= seq.size() && std::equal(prefix.begin(), prefix.end(), seq.begin());
+}
+
+// A compressor's entries past the first `from` rows (all of them when `from` is 0).
+void copy_rows_from(const CompressorState& whole, int64_t from, CompressorState& part) {
+  part.pending_kv = whole.pending_kv;
+  part.pending_gate = whole.pending_gate;
+  part.previous_kv = whole.previous_kv;
+  part.previous_gate = whole.previous_gate;
+  part.has_previous = whole.has_previous;
+  part.n_entries = whole.n_entries;
+  const size_t row = whole.n_entries > 0 ? whole.entries.size() / static_cast<size_t>(whole.n_entries) : 0;
+  part.entries.assign(whole.entries.begin() + static_cast<ptrdiff_t>(row * static_cast<size_t>(from)), whole.entries.end());
+}
+
+// Whether `whole` went through the parent's state: the same layers, at least as many entries,
+// and the parent's own rows equal to the same rows of `whole` (a cheap check that the chain
+// is what the tokens say; the rows before them were checked when the parent was stored).
+bool extends(const SessionState& whole, const SessionState& parent) {
+  if (whole.layers.size() != parent.layers.size()) return false;
+  auto same_rows = [](const CompressorState& w, const CompressorState& p) {
+    if (p.n_entries > w.n_entries) return false;
+    if (p.n_entries == 0) return p.entries.empty();
+    const size_t row = w.entries.size() / static_cast<size_t>(w.n_entries);
+    if (row * static_cast<size_t>(w.n_entries) != w.entries.size() || p.entries.size() % std::max<size_t>(row, 1) != 0)
+      return false;
+    const size_t end = row * static_cast<size_t>(p.n_entries);
+    if (p.entries.size() > end) return false;
+    return std::memcmp(w.entries.data() + (end - p.entries.size()), p.entries.data(), p.entries.size() * sizeof(float)) == 0;
+  };
+  for (size_t l = 0; l < whole.layers.size(); ++l)
+    if (!same_rows(whole.layers[l].compressor, parent.layers[l].compressor) ||
+        !same_rows(whole.layers[l].indexer, parent.layers[l].indexer))
+      return false;
+  return true;
+}
+
+uint64_t entry_bytes(const SessionState& part, const std::vector<int32_t>& key, const std::string& text) {
+  return part.bytes() + static_cast<uint64_t>(key.capacity()) * sizeof(int32_t) + text.capacity();
 }
 
 }  // namespace
@@ -21,9 +60,14 @@ PrefixCache::PrefixCache(size_t max_entries, uint64_t max_bytes, std::unique_ptr
     e.key = s.key;
     e.state_tokens = s.state_tokens;
     e.text = s.text;
+    e.named = true;
     e.file = s.file;
     entries_.push_back(std::move(e));
   }
+}
+
+size_t PrefixCache::blocks() const {
+  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.block && e.part; }));
 }
 
 std::optional<PrefixCache::Match> PrefixCache::longest_token_prefix(std::span<const int32_t> prompt) {
@@ -48,12 +92,48 @@ std::optional<size_t> PrefixCache::store_index(const Entry& e) const {
   return std::nullopt;
 }
 
+void PrefixCache::touch(List::iterator it) {
+  std::vector<Entry*> chain;
+  for (Entry* e = &*it; e; e = e->parent) chain.push_back(e);
+  // The list's iterators are its nodes: find each parent's by walking from the front (chains
+  // are short and the parents sit near the front).
+  for (Entry* e : chain) {
+    auto at = std::find_if(entries_.begin(), entries_.end(), [e](const Entry& x) { return &x == e; });
+    entries_.splice(entries_.begin(), entries_, at);
+  }
+}
+
+SessionState PrefixCache::whole(const Entry& e) const {
+  std::vector<const Entry*> chain;  // e first, the root of its chain last
+  for (const Entry* x = &e; x; x = x->parent) chain.push_back(x);
+  SessionState s = *e.part;
+  s.tokens.assign(e.key.begin(), e.key.begin() + static_cast<ptrdiff_t>(e.state_tokens));
+  if (chain.size() == 1) return s;
+  auto join = [&](auto member, size_t l) {
+    std::vector<float>& out = (s.layers[l].*member).entries;
+    size_t total = 0;
+    for (const Entry* x : chain) total += (x->part->layers[l].*member).entries.size();
+    std::vector<float> rows;
+    rows.reserve(total);
+    for (auto x = chain.rbegin(); x != chain.rend(); ++x) {
+      const std::vector<float>& r = ((*x)->part->layers[l].*member).entries;
+      rows.insert(rows.end(), r.begin(), r.end());
+    }
+    out = std::move(rows);
+  };
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    join(&LayerState::compressor, l);
+    join(&LayerState::indexer, l);
+  }
+  return s;
+}
+
 std::optional<PrefixCache::Match> PrefixCache::take(List::iterator it) {
-  entries_.splice(entries_.begin(), entries_, it);  // now the most recently used
+  touch(it);  // now the most recently used, with its chain
   Entry& e = *it;
-  if (e.state) {
+  if (e.part) {
     if (auto i = store_index(e)) store_->touch(*i);
-    return Match{*e.state, e.key, e.text};
+    return Match{whole(e), e.key, e.text};
   }
   std::optional<SessionState> loaded;
   if (auto i = store_index(e)) loaded = store_->load(*i);
@@ -61,29 +141,71 @@ std::optional<PrefixCache::Match> PrefixCache::take(List::iterator it) {
     entries_.erase(it);
     return std::nullopt;
   }
-  Match m{*loaded, e.key, e.text};
-  hold(e, *loaded);
+  Match m{std::move(*loaded), e.key, e.text};
+  if (hold(e, m.state)) touch(it);
   evict();
   return m;
 }
 
-void PrefixCache::hold(Entry& e, SessionState& state) {
-  const uint64_t bytes = entry_bytes(state, e.key, e.text);
-  if (max_entries_ == 0 || bytes > max_bytes_) return;
-  e.state = std::move(state);
+bool PrefixCache::hold(Entry& e, const SessionState& state) {
+  if (max_entries_ == 0) return false;
+  // The deepest block snapshot held in RAM whose tokens this session went through.
+  Entry* parent = nullptr;
+  for (Entry& p : entries_) {
+    if (!p.block || !p.part || &p == &e || p.state_tokens >= state.tokens.size()) continue;
+    if (parent && parent->state_tokens >= p.state_tokens) continue;
+    if (starts_with(state.tokens, p.key) && extends(state, *p.part)) parent = &p;
+  }
+  SessionState part;
+  part.position = state.position;
+  part.mtp = state.mtp;
+  part.layers.resize(state.layers.size());
+  for (size_t l = 0; l < state.layers.size(); ++l) {
+    part.layers[l].window_kv = state.layers[l].window_kv;
+    const LayerState* from = parent ? &parent->part->layers[l] : nullptr;
+    copy_rows_from(state.layers[l].compressor, from ? from->compressor.n_entries : 0, part.layers[l].compressor);
+    copy_rows_from(state.layers[l].indexer, from ? from->indexer.n_entries : 0, part.layers[l].indexer);
+  }
+  const uint64_t bytes = entry_bytes(part, e.key, e.text);
+  if (bytes > max_bytes_) return false;
+  e.part = std::move(part);
+  e.parent = parent;
+  if (parent) ++parent->children;
   e.bytes = bytes;
   bytes_ += bytes;
-  ++ram_entries_;
+  if (e.named) ++ram_entries_;
+  return true;
 }
 
-void PrefixCache::insert(SessionState state, std::span<const int32_t> tail, std::string text) {
+PrefixCache::List::iterator PrefixCache::release(List::iterator it) {
+  Entry& e = *it;
+  if (e.part) {
+    bytes_ -= e.bytes;
+    if (e.named) --ram_entries_;
+    if (e.parent) --e.parent->children;
+    e.part.reset();
+    e.parent = nullptr;
+    e.bytes = 0;
+  }
+  if (e.file.empty()) return entries_.erase(it);
+  e.named = true;  // on disk: a request's snapshot again when it is read back
+  return std::next(it);
+}
+
+void PrefixCache::insert(const SessionState& state, std::span<const int32_t> tail, std::string text) {
   if (state.tokens.empty()) return;
   std::vector<int32_t> key = state.tokens;
   key.insert(key.end(), tail.begin(), tail.end());
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->key != key) continue;
-    entries_.splice(entries_.begin(), entries_, it);
-    if (!it->state) hold(*it, state);
+    if (!it->named) {  // a block snapshot becomes a request's too
+      it->named = true;
+      if (it->part) ++ram_entries_;
+      it->unsaved = store_ != nullptr && it->file.empty();
+      if (it->text.empty()) it->text = std::move(text);
+    }
+    if (!it->part) hold(*it, state);
+    touch(it);
     evict();
     return;
   }
@@ -91,33 +213,53 @@ void PrefixCache::insert(SessionState state, std::span<const int32_t> tail, std:
   e.state_tokens = state.tokens.size();
   e.key = std::move(key);
   e.text = std::move(text);
+  e.named = true;
   e.unsaved = store_ != nullptr;
   entries_.push_front(std::move(e));
-  Entry& front = entries_.front();
-  hold(front, state);
-  if (front.state) {
+  if (hold(entries_.front(), state)) {
+    touch(entries_.begin());
     evict();
     return;
   }
   if (store_) {
     // Too big for RAM (or no RAM tier): straight to disk.
-    front.state = std::move(state);
     std::vector<std::string> removed;
-    write(front, removed);
-    front.state.reset();
-    const bool stored = !front.file.empty();
-    if (!stored) entries_.pop_front();
+    write(entries_.front(), state, removed);
+    if (entries_.front().file.empty()) entries_.pop_front();
     forget_files(removed);
     return;
   }
   entries_.pop_front();
 }
 
-void PrefixCache::write(Entry& e, std::vector<std::string>& removed) {
+void PrefixCache::insert_block(const SessionState& state) {
+  if (state.tokens.empty()) return;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->key.size() != state.tokens.size() || it->state_tokens != state.tokens.size() || it->key != state.tokens) continue;
+    it->block = true;
+    if (!it->part) hold(*it, state);
+    touch(it);
+    evict();
+    return;
+  }
+  Entry e;
+  e.key = state.tokens;
+  e.state_tokens = state.tokens.size();
+  e.block = true;
+  entries_.push_front(std::move(e));
+  if (!hold(entries_.front(), state)) {
+    entries_.pop_front();
+    return;
+  }
+  touch(entries_.begin());
+  evict();
+}
+
+void PrefixCache::write(Entry& e, const SessionState& whole_state, std::vector<std::string>& removed) {
   e.unsaved = false;
-  if (!store_ || !e.state) return;
+  if (!store_) return;
   const std::span<const int32_t> tail = std::span<const int32_t>(e.key).subspan(e.state_tokens);
-  PrefixStore::Stored stored = store_->store(*e.state, tail, e.text);
+  PrefixStore::Stored stored = store_->store(whole_state, tail, e.text);
   removed.insert(removed.end(), stored.removed.begin(), stored.removed.end());
   e.file = std::move(stored.file);
 }
@@ -125,7 +267,7 @@ void PrefixCache::write(Entry& e, std::vector<std::string>& removed) {
 void PrefixCache::persist() {
   std::vector<std::string> removed;
   for (Entry& e : entries_)
-    if (e.unsaved) write(e, removed);
+    if (e.unsaved && e.part) write(e, whole(e), removed);
   forget_files(removed);
 }
 
@@ -137,24 +279,34 @@ void PrefixCache::forget_files(const std::vector<std::string>& files) {
         continue;
       }
       it->file.clear();
-      it = it->state ? std::next(it) : entries_.erase(it);
+      it->named = it->named && it->part;
+      it = it->part ? std::next(it) : entries_.erase(it);
     }
   }
 }
 
 void PrefixCache::evict() {
-  // Drop RAM sessions from the least recently used end; an entry on disk stays indexed (one not
-  // written yet is written first, so the RAM bound holds at every moment).
+  // From the least recently used end: a request's snapshot beyond the entry bound, any
+  // snapshot beyond the byte bound. One that has block snapshots below it stays (they need
+  // its rows) but stops counting as a request's; its children come first in this walk, so the
+  // byte bound is met once they are gone. An entry on disk stays indexed (one not written yet
+  // is written first, so the RAM bound holds at every moment).
   std::vector<std::string> removed;
-  for (auto it = entries_.end(); it != entries_.begin() && (ram_entries_ > max_entries_ || bytes_ > max_bytes_);) {
+  for (auto it = entries_.end(); it != entries_.begin();) {
+    const bool over_entries = ram_entries_ > max_entries_, over_bytes = bytes_ > max_bytes_;
+    if (!over_entries && !over_bytes) break;
     --it;
-    if (!it->state) continue;
-    if (it->unsaved) write(*it, removed);
-    bytes_ -= it->bytes;
-    --ram_entries_;
-    it->state.reset();
-    it->bytes = 0;
-    if (it->file.empty()) it = entries_.erase(it);
+    Entry& e = *it;
+    if (!e.part || (!over_bytes && !e.named)) continue;
+    if (e.unsaved) write(e, whole(e), removed);
+    if (e.children > 0) {
+      if (e.named && over_entries) {
+        e.named = false;
+        --ram_entries_;
+      }
+      continue;
+    }
+    it = release(it);
   }
   forget_files(removed);
 }

@@ -4,13 +4,26 @@
 // "tail" the session has not been fed yet: a finished answer's last token is sampled but never
 // fed, and the next turn's prefill feeds it anyway.
 //
-// Two tiers: snapshots in RAM, bounded by entry count and bytes (least recently used dropped
-// first), and optionally a PrefixStore on disk (--cache-dir), bounded by its own bytes, whose
-// entries survive restarts. A lookup considers both; a disk entry is read (and checked) when it
-// is the best match, then kept in RAM too. New snapshots go to RAM at once and to disk at the
-// next persist(), which the scheduler calls once the request's answer is out (one that must
-// leave RAM before then, or never fits there, is written at once). Not thread-safe: the
-// scheduler's worker is its only user.
+// Two kinds of snapshot. A request's own (insert): at its history boundary, its prompt but the
+// last token, its answer; counted against the entry bound and written to the disk tier. Block
+// snapshots (insert_block): every `--cache-block` tokens of every prefill, so that any two
+// prompts that agree for a while share all the blocks up to where they part (the same document
+// with another question, a conversation forked at an earlier turn). The snapshots form a tree
+// over blocks: a snapshot holds only the compressed caches' entries past the deepest block
+// snapshot its tokens extend (entries are append-only, so a block's rows are the same in every
+// session that went through it), plus its own fixed-size state (window, compressor remainders,
+// MTP ring); a lookup rebuilds the session from the chain. A block snapshot with descendants is
+// never dropped before them: using a snapshot marks its whole chain used, so the least recently
+// used end of the list always holds leaves first.
+//
+// Two tiers: snapshots in RAM, bounded by bytes (all of them) and entry count (requests' own),
+// least recently used dropped first, and optionally a PrefixStore on disk (--cache-dir),
+// bounded by its own bytes, whose entries (requests' snapshots, whole) survive restarts. A
+// lookup considers both; a disk entry is read (and checked) when it is the best match, then
+// kept in RAM too. New snapshots go to RAM at once and to disk at the next persist(), which the
+// scheduler calls once the request's answer is out (one that must leave RAM before then, or
+// never fits there, is written at once). Not thread-safe: the scheduler's worker is its only
+// user.
 #pragma once
 
 #include <cstdint>
@@ -59,15 +72,19 @@ class PrefixCache {
     }
   }
 
-  // Stores a snapshot keyed by state.tokens + tail; `text` is what the key decodes to (or
-  // empty). An entry with the same key is only refreshed. Snapshots bigger than the RAM bound
-  // are not kept in RAM (but still go to disk).
-  void insert(SessionState state, std::span<const int32_t> tail, std::string text);
+  // Stores a request's snapshot keyed by state.tokens + tail; `text` is what the key decodes to
+  // (or empty). An entry with the same key is only refreshed. Snapshots bigger than the RAM
+  // bound are not kept in RAM (but still go to disk).
+  void insert(const SessionState& state, std::span<const int32_t> tail, std::string text);
+  // Stores a block snapshot keyed by state.tokens (RAM only, bounded by bytes): only the rows
+  // past the deepest block snapshot it extends are copied.
+  void insert_block(const SessionState& state);
   // Writes the snapshots inserted since the last call to the disk tier (if any).
   void persist();
 
-  size_t entries() const { return ram_entries_; }  // in RAM
-  uint64_t bytes() const { return bytes_; }        // in RAM
+  size_t entries() const { return ram_entries_; }  // requests' snapshots in RAM
+  size_t blocks() const;                           // block snapshots in RAM
+  uint64_t bytes() const { return bytes_; }        // in RAM, all of them
   const PrefixStore* store() const { return store_.get(); }
   void clear();
 
@@ -76,19 +93,32 @@ class PrefixCache {
     std::vector<int32_t> key;
     size_t state_tokens = 0;
     std::string text;
-    std::optional<SessionState> state;  // in RAM
-    uint64_t bytes = 0;                 // RAM bytes while the state is held
+    bool named = false;  // a request's snapshot: counted in max_entries, written to disk
+    bool block = false;  // a block snapshot: later snapshots may hold only their rows past it
+    // In RAM: the session with the compressed caches' entries past the parent's only, and no
+    // tokens (the key holds them).
+    std::optional<SessionState> part;
+    Entry* parent = nullptr;  // the block snapshot `part` extends (null: part is whole)
+    size_t children = 0;      // entries whose parent this is
+    uint64_t bytes = 0;       // RAM bytes while the part is held
     std::string file;      // its disk entry ("" if none)
     bool unsaved = false;  // to be written by persist()
   };
-  using List = std::list<Entry>;  // most recently used first
+  using List = std::list<Entry>;  // most recently used first; an entry's parent before it
   // The entry's session (read from disk when not in RAM); null when that read failed, in
   // which case the entry is gone.
   std::optional<Match> take(List::iterator it);
-  // Keeps `state` (moved from) in RAM if it fits the bounds at all; else leaves it alone.
-  void hold(Entry& e, SessionState& state);
+  // Holds `state` in RAM as e's part if it fits the bounds at all (false: it does not).
+  bool hold(Entry& e, const SessionState& state);
+  // The whole session of an entry held in RAM.
+  SessionState whole(const Entry& e) const;
+  // Moves the entry and its chain of parents to the front, parents first.
+  void touch(List::iterator it);
+  // Lets go of an entry's part; an entry that is not on disk either is erased. Returns the
+  // iterator after it.
+  List::iterator release(List::iterator it);
   // Writes an entry's session to the disk tier; adds the files the store removed to `removed`.
-  void write(Entry& e, std::vector<std::string>& removed);
+  void write(Entry& e, const SessionState& whole_state, std::vector<std::string>& removed);
   void evict();
   void forget_files(const std::vector<std::string>& files);
   std::optional<size_t> store_index(const Entry& e) const;

@@ -14,6 +14,10 @@
 namespace dsv4::server {
 namespace {
 
+// Prompts with at least this many tokens left to prefill also keep a snapshot one token short
+// of their end (a pass of its own for the last token).
+constexpr size_t kPromptSnapshotMin = 64;
+
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // The index of the token of `ids` whose bytes begin at byte `at` (offsets: token_offsets(ids)).
@@ -266,14 +270,14 @@ void Scheduler::worker_loop(size_t slot) {
   }
 }
 
-void Scheduler::store_snapshot(SessionState s, std::span<const int32_t> tail) {
+void Scheduler::store_snapshot(const SessionState& s, std::span<const int32_t> tail) {
   // The decoded text lets a later prompt match by text when its tokenization differs from
   // the tokens the model generated (see run()).
   std::vector<int32_t> key = s.tokens;
   key.insert(key.end(), tail.begin(), tail.end());
   std::string text = tokenizer_.decode(key);
   std::lock_guard lock(cache_mu_);
-  cache_.insert(std::move(s), tail, std::move(text));
+  cache_.insert(s, tail, std::move(text));
 }
 
 void Scheduler::run(Job& job) {
@@ -329,6 +333,11 @@ void Scheduler::run(Job& job) {
     req.steer_to_budget = options_.steer_to_budget;
     GenerationCallbacks cb;
     cb.cancel = &job.cancel_;
+    cb.snapshot_every = options_.cache_entries > 0 ? options_.cache_block : 0;
+    cb.on_snapshot = [&](const SessionState& s) {
+      std::lock_guard lock(cache_mu_);
+      cache_.insert_block(s);
+    };
     GenerationStats prefix_stats;  // the stages before the answer's
 
     // Prefills the prompt up to `end` and keeps a snapshot there; false when cancelled.
@@ -354,10 +363,12 @@ void Scheduler::run(Job& job) {
     if (boundary > session.tokens.size() && !prefill_to(boundary)) return;
     // The first of several choices: the prompt but its last token (a session must have a token
     // left to feed for the first logits), for the other choices to start from.
-    if (job.fork_leader_) {
-      const size_t fork_at = prompt.size() - 1;
-      if (fork_at > session.tokens.size() && !prefill_to(fork_at)) return;
-      job.fork_->open();
+    // A long prompt but its last token is kept too, so the same prompt again (a retry, another
+    // sample) reuses all of it; a short one costs little to prefill again and is not split.
+    const size_t prompt_end = prompt.size() - 1;
+    if (job.fork_leader_ || prompt_end >= session.tokens.size() + kPromptSnapshotMin) {
+      if (prompt_end > session.tokens.size() && !prefill_to(prompt_end)) return;
+      if (job.fork_leader_) job.fork_->open();
     }
 
     // Stage 2: the rest of the prompt and the answer.

@@ -49,6 +49,7 @@ struct SchedulerOptions {
   int parallel = 1;  // slots: generations that run at once (the RAM plan reserves a session for each)
   size_t cache_entries = setting_default<size_t>("cache_entries");  // prefix cache snapshots
   uint64_t cache_bytes = setting_default<uint64_t>("cache_mb") << 20;
+  int64_t cache_block = setting_default<int64_t>("cache_block");  // block snapshots every so many tokens (0: none)
   std::string cache_dir;  // the prefix cache's disk tier ("" = none; --cache-dir)
   uint64_t cache_dir_bytes = setting_default<uint64_t>("cache_dir_mb") << 20;
   // Where the disk tier's warnings go (a corrupted entry, a failed write); default stderr.
@@ -203,7 +204,7 @@ class Scheduler {
   void run(Job& job);
   size_t running_count() const;  // under mu_
   void finish(Job& job, JobOutcome::Status status, std::string error = "");
-  void store_snapshot(SessionState s, std::span<const int32_t> tail);
+  void store_snapshot(const SessionState& s, std::span<const int32_t> tail);
 
   Engine& engine_;
   const text::Tokenizer& tokenizer_;
