@@ -66,10 +66,6 @@ PrefixCache::PrefixCache(size_t max_entries, uint64_t max_bytes, std::unique_ptr
   }
 }
 
-size_t PrefixCache::blocks() const {
-  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.block && e.part; }));
-}
-
 std::optional<PrefixCache::Match> PrefixCache::longest_token_prefix(std::span<const int32_t> prompt) {
   for (;;) {
     auto best = entries_.end();

@@ -83,7 +83,6 @@ class PrefixCache {
   void persist();
 
   size_t entries() const { return ram_entries_; }  // requests' snapshots in RAM
-  size_t blocks() const;                           // block snapshots in RAM
   uint64_t bytes() const { return bytes_; }        // in RAM, all of them
   const PrefixStore* store() const { return store_.get(); }
   void clear();
