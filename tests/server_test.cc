@@ -851,7 +851,11 @@ TEST(Server, MessagesApiErrorsHaveAnthropicsShapeAndKeys) {
   ServerOptions o = test_options();
   o.api_key = "k-1";
   TestServer s(o);
-  const Json ok = {{"model", "m"}, {"max_tokens", 2}, {"messages", Json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+  // Greedy: sampled at the default temperature 1, the answer could end after one token.
+  const Json ok = {{"model", "m"},
+                   {"max_tokens", 2},
+                   {"temperature", 0},
+                   {"messages", Json::array({{{"role", "user"}, {"content", "Hi"}}})}};
   struct Case {
     std::string path, body, content_type;
     httplib::Headers headers;
