@@ -218,6 +218,46 @@ TEST(Server, BlockSnapshotsReuseALongDocumentAndAnIdenticalPrompt) {
   EXPECT_EQ(b.json["choices"][0]["message"]["content"], c.json["choices"][0]["message"]["content"]);
 }
 
+// The block snapshots go to the disk tier too (each as the rows past the block above it):
+// after a restart the same long prompt reuses all but its last token, the same document with
+// another question every whole block before the question, and the answers are an uncached
+// server's.
+TEST(Server, BlockSnapshotsServeFromTheDiskTierAfterARestart) {
+  test::TempDir dir;
+  ServerOptions o = test_options();
+  o.scheduler.cache_block = 64;
+  o.scheduler.cache_entries = 16;
+  o.scheduler.cache_dir = dir / "cache";
+  std::string doc;
+  for (int i = 0; i < 60; ++i) doc += "The keeper lit lamp " + std::to_string(i) + " at dusk and logged the tide. ";
+  auto ask = [&](TestServer& server, const std::string& question) {
+    Reply r = post(server, "/v1/chat/completions", user_chat(doc + "\n\n" + question, 6));
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r;
+  };
+  Reply a;
+  {
+    TestServer s(o);
+    a = ask(s, "Which lamp was lit first?");
+    EXPECT_EQ(a.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  }
+  const int64_t p1 = a.json["usage"]["prompt_tokens"];
+  ASSERT_GT(p1, 600);
+  TestServer s(o);
+  Reply again = ask(s, "Which lamp was lit first?");
+  EXPECT_EQ(again.json["usage"]["prompt_tokens_details"]["cached_tokens"], p1 - 1);
+  EXPECT_EQ(again.json["choices"][0]["message"]["content"], a.json["choices"][0]["message"]["content"]);
+  Reply b = ask(s, "What did the keeper log?");
+  const int64_t p2 = b.json["usage"]["prompt_tokens"];
+  const int64_t cached = b.json["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, p2 - 64 - 16) << p2;
+  EXPECT_EQ(cached % 64, 0);
+  TestServer fresh;
+  Reply c = ask(fresh, "What did the keeper log?");
+  EXPECT_EQ(c.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(b.json["choices"][0]["message"]["content"], c.json["choices"][0]["message"]["content"]);
+}
+
 TEST(Server, ThinkingAnswersComeAsReasoningContent) {
   TestServer s;
   Json body = user_chat(kLighthouse, 6);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <thread>
 #include <type_traits>
 
@@ -446,6 +447,109 @@ TEST(PrefixCache, TheRamBoundHoldsWithADiskTierToo) {
   EXPECT_TRUE(m->state == a);
   EXPECT_EQ(tiny.bytes(), 0u);
   EXPECT_TRUE(w.lines.empty());
+}
+
+
+// A session of `tokens` tokens whose compressed caches hold `rows` rows, the same rows in
+// every session that has them (as a prefill's are), and a window of its own.
+SessionState chained_session(size_t tokens, int64_t rows) {
+  SessionState s;
+  for (size_t i = 0; i < tokens; ++i) s.tokens.push_back(static_cast<int32_t>(1 + i % 50));
+  s.position = static_cast<int64_t>(tokens);
+  s.layers.resize(2);
+  s.layers[0].window_kv.assign(64, static_cast<float>(tokens));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int k = 0; k < 8; ++k) s.layers[1].compressor.entries.push_back(static_cast<float>(r * 8 + k));
+  s.layers[1].compressor.n_entries = rows;
+  for (int64_t r = 0; r < rows / 2; ++r)
+    for (int k = 0; k < 4; ++k) s.layers[1].indexer.entries.push_back(-static_cast<float>(r * 4 + k));
+  s.layers[1].indexer.n_entries = rows / 2;
+  return s;
+}
+
+// The disk tier is deduplicated by block: a request's snapshot below two block snapshots is
+// written as the rows past the deeper one, each block as the rows past the one above it; after
+// a restart the chain is rebuilt into exactly the original sessions, a parent is never
+// evicted before its children, and a corrupted block costs the snapshots below it (one warning
+// each), never a wrong session.
+TEST(PrefixCache, TheDiskTierSharesBlocksAndRebuildsChainsAfterARestart) {
+  test::TempDir dir;
+  Warnings w;
+  const SessionState b1 = chained_session(8, 2), b2 = chained_session(16, 4), own = chained_session(20, 5);
+  std::vector<int32_t> prompt = own.tokens;
+  prompt.insert(prompt.end(), {7, 7, 7});
+  {
+    PrefixCache cache(4, 1 << 20, std::make_unique<PrefixStore>(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink()));
+    cache.insert_block(b1);
+    cache.insert_block(b2);
+    cache.insert(own, {}, "");
+    cache.persist();
+    const auto& stored = cache.store()->entries();
+    ASSERT_EQ(stored.size(), 3u);
+    std::map<size_t, server::StoredPrefix> by_tokens;
+    for (const server::StoredPrefix& s : stored) by_tokens[s.state_tokens] = s;
+    EXPECT_TRUE(by_tokens[8].parent_file.empty() && by_tokens[8].block && !by_tokens[8].own);
+    EXPECT_EQ(by_tokens[16].parent_file, by_tokens[8].file);
+    EXPECT_EQ(by_tokens[20].parent_file, by_tokens[16].file);
+    EXPECT_TRUE(by_tokens[20].own && !by_tokens[20].block);
+    EXPECT_EQ(by_tokens[8].children, 1u);
+    // Whole, the request's snapshot would hold all five rows and both indexer rows: its file
+    // holds the one compressor row past the deeper block's four.
+    PrefixStore whole(dir / "whole", 1 << 20, kIdentity, kLimits, w.sink());
+    whole.store(own, {}, "");
+    EXPECT_EQ(whole.bytes() - by_tokens[20].bytes, (4u * 8 + 2u * 4) * sizeof(float));
+  }
+  {
+    PrefixCache cache(4, 1 << 20, std::make_unique<PrefixStore>(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink()));
+    auto m = cache.longest_token_prefix(prompt);
+    ASSERT_TRUE(m);
+    EXPECT_TRUE(m->state == own);
+    EXPECT_EQ(cache.entries(), 1u);  // the request's snapshot, held in RAM with its blocks
+    EXPECT_GT(cache.bytes(), 0u);
+    // A prompt that parts from it after 17 tokens: the deeper block, rebuilt.
+    std::vector<int32_t> other(prompt.begin(), prompt.begin() + 17);
+    other.push_back(99);
+    other.push_back(99);
+    m = cache.longest_token_prefix(other);
+    ASSERT_TRUE(m);
+    EXPECT_TRUE(m->state == b2);
+  }
+  EXPECT_TRUE(w.lines.empty()) << w.lines.front();
+  {
+    // Bounded below its three entries: the leaf goes first, and its parents stay linked.
+    PrefixStore store(dir / "cache", PrefixStore(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink()).bytes() - 1,
+                      kIdentity, kLimits, w.sink());
+    ASSERT_EQ(store.entries().size(), 2u);
+    for (const server::StoredPrefix& s : store.entries()) EXPECT_TRUE(s.block) << s.state_tokens;
+  }
+  // Restore the leaf, then corrupt the middle block.
+  {
+    PrefixCache cache(4, 1 << 20, std::make_unique<PrefixStore>(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink()));
+    cache.insert_block(b1);
+    cache.insert_block(b2);
+    cache.insert(own, {}, "");
+    cache.persist();
+    ASSERT_EQ(cache.store()->entries().size(), 3u);
+  }
+  std::string middle;
+  {
+    PrefixStore store(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink());
+    for (const server::StoredPrefix& s : store.entries())
+      if (s.state_tokens == 16) middle = dir / ("cache/" + s.file);
+  }
+  ASSERT_FALSE(middle.empty());
+  std::string bytes = test::read_file(middle);
+  bytes[bytes.size() / 2] ^= 0x10;
+  test::write_file(middle, bytes);
+  Warnings bad;
+  PrefixCache cache(4, 1 << 20, std::make_unique<PrefixStore>(dir / "cache", 1 << 20, kIdentity, kLimits, bad.sink()));
+  auto m = cache.longest_token_prefix(prompt);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->state == b1);  // the deepest snapshot whose chain is sound
+  ASSERT_EQ(bad.lines.size(), 2u);
+  EXPECT_NE(bad.lines[0].find("checksum mismatch"), std::string::npos) << bad.lines[0];
+  EXPECT_NE(bad.lines[1].find("its block snapshot could not be read"), std::string::npos) << bad.lines[1];
+  EXPECT_EQ(cache.store()->entries().size(), 1u);
 }
 
 }  // namespace

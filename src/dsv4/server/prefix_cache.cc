@@ -46,6 +46,43 @@ bool extends(const SessionState& whole, const SessionState& parent) {
   return true;
 }
 
+// The part of `whole` a snapshot keeps in RAM when `base` (a snapshot `whole` went through)
+// holds the rest: the compressed caches' entries past base's, and the fixed-size state. No
+// tokens (the key holds them).
+SessionState rows_past(const SessionState& whole, const SessionState* base) {
+  SessionState part;
+  part.position = whole.position;
+  part.mtp = whole.mtp;
+  part.layers.resize(whole.layers.size());
+  for (size_t l = 0; l < whole.layers.size(); ++l) {
+    part.layers[l].window_kv = whole.layers[l].window_kv;
+    const LayerState* from = base ? &base->layers[l] : nullptr;
+    copy_rows_from(whole.layers[l].compressor, from ? from->compressor.n_entries : 0, part.layers[l].compressor);
+    copy_rows_from(whole.layers[l].indexer, from ? from->indexer.n_entries : 0, part.layers[l].indexer);
+  }
+  return part;
+}
+
+// Puts `base`'s rows in front of the rows of `s` (read from a disk entry that leaves them
+// out). False when the two do not fit together: other layers, tokens or row sizes.
+bool join(const SessionState& base, SessionState& s) {
+  if (base.layers.size() != s.layers.size() || base.tokens.size() >= s.tokens.size() || !starts_with(s.tokens, base.tokens))
+    return false;
+  auto rows = [](const CompressorState& b, CompressorState& c) {
+    if (c.n_entries < b.n_entries || b.n_entries < 0) return false;
+    const size_t total = b.entries.size() + c.entries.size();
+    if (c.n_entries == 0) return total == 0;
+    const size_t n = static_cast<size_t>(c.n_entries);
+    if (total % n != 0 || b.entries.size() != total / n * static_cast<size_t>(b.n_entries)) return false;
+    c.entries.insert(c.entries.begin(), b.entries.begin(), b.entries.end());
+    return true;
+  };
+  for (size_t l = 0; l < s.layers.size(); ++l)
+    if (!rows(base.layers[l].compressor, s.layers[l].compressor) || !rows(base.layers[l].indexer, s.layers[l].indexer))
+      return false;
+  return true;
+}
+
 uint64_t entry_bytes(const SessionState& part, const std::vector<int32_t>& key, const std::string& text) {
   return part.bytes() + static_cast<uint64_t>(key.capacity()) * sizeof(int32_t) + text.capacity();
 }
@@ -60,8 +97,11 @@ PrefixCache::PrefixCache(size_t max_entries, uint64_t max_bytes, std::unique_ptr
     e.key = s.key;
     e.state_tokens = s.state_tokens;
     e.text = s.text;
-    e.named = true;
+    e.own = s.own;
+    e.named = s.own;
+    e.block = s.block;
     e.file = s.file;
+    e.parent_file = s.parent_file;
     entries_.push_back(std::move(e));
   }
 }
@@ -131,16 +171,42 @@ std::optional<PrefixCache::Match> PrefixCache::take(List::iterator it) {
     if (auto i = store_index(e)) store_->touch(*i);
     return Match{whole(e), e.key, e.text};
   }
-  std::optional<SessionState> loaded;
-  if (auto i = store_index(e)) loaded = store_->load(*i);
+  std::optional<SessionState> loaded = load(e);
   if (!loaded) {
-    entries_.erase(it);
+    prune();  // e, and any block snapshot of its chain that failed
     return std::nullopt;
   }
   Match m{std::move(*loaded), e.key, e.text};
   if (hold(e, m.state)) touch(it);
   evict();
   return m;
+}
+
+std::optional<SessionState> PrefixCache::load(Entry& e) {
+  const auto i = store_index(e);
+  std::optional<SessionState> s;
+  if (i) s = store_->load(*i);
+  if (!s) {  // the store has dropped it (and said why)
+    e.file.clear();
+    return std::nullopt;
+  }
+  if (e.parent_file.empty()) return s;
+  auto bad = [&](const std::string& why) -> std::optional<SessionState> {
+    if (auto j = store_index(e)) store_->remove(*j, why);
+    e.file.clear();
+    return std::nullopt;
+  };
+  auto p = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.file == e.parent_file; });
+  if (p == entries_.end()) return bad("its block snapshot is gone");
+  std::optional<SessionState> base = p->part ? std::optional<SessionState>(whole(*p)) : load(*p);
+  if (!base) return bad("its block snapshot could not be read");
+  if (!join(*base, *s)) return bad("its rows do not continue its block snapshot's");
+  if (!p->part) hold(*p, *base);  // the next prompt through this block finds it in RAM
+  return s;
+}
+
+void PrefixCache::prune() {
+  for (auto it = entries_.begin(); it != entries_.end();) it = it->part || !it->file.empty() ? std::next(it) : entries_.erase(it);
 }
 
 bool PrefixCache::hold(Entry& e, const SessionState& state) {
@@ -152,16 +218,7 @@ bool PrefixCache::hold(Entry& e, const SessionState& state) {
     if (parent && parent->state_tokens >= p.state_tokens) continue;
     if (starts_with(state.tokens, p.key) && extends(state, *p.part)) parent = &p;
   }
-  SessionState part;
-  part.position = state.position;
-  part.mtp = state.mtp;
-  part.layers.resize(state.layers.size());
-  for (size_t l = 0; l < state.layers.size(); ++l) {
-    part.layers[l].window_kv = state.layers[l].window_kv;
-    const LayerState* from = parent ? &parent->part->layers[l] : nullptr;
-    copy_rows_from(state.layers[l].compressor, from ? from->compressor.n_entries : 0, part.layers[l].compressor);
-    copy_rows_from(state.layers[l].indexer, from ? from->indexer.n_entries : 0, part.layers[l].indexer);
-  }
+  SessionState part = rows_past(state, parent ? &*parent->part : nullptr);
   const uint64_t bytes = entry_bytes(part, e.key, e.text);
   if (bytes > max_bytes_) return false;
   e.part = std::move(part);
@@ -184,7 +241,7 @@ PrefixCache::List::iterator PrefixCache::release(List::iterator it) {
     e.bytes = 0;
   }
   if (e.file.empty()) return entries_.erase(it);
-  e.named = true;  // on disk: a request's snapshot again when it is read back
+  e.named = e.own;  // on disk: counted as a request's snapshot again when it is read back
   return std::next(it);
 }
 
@@ -195,7 +252,7 @@ void PrefixCache::insert(const SessionState& state, std::span<const int32_t> tai
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->key != key) continue;
     if (!it->named) {  // a block snapshot becomes a request's too
-      it->named = true;
+      it->own = it->named = true;
       if (it->part) ++ram_entries_;
       it->unsaved = store_ != nullptr && it->file.empty();
       if (it->text.empty()) it->text = std::move(text);
@@ -209,7 +266,7 @@ void PrefixCache::insert(const SessionState& state, std::span<const int32_t> tai
   e.state_tokens = state.tokens.size();
   e.key = std::move(key);
   e.text = std::move(text);
-  e.named = true;
+  e.own = e.named = true;
   e.unsaved = store_ != nullptr;
   entries_.push_front(std::move(e));
   if (hold(entries_.front(), state)) {
@@ -220,7 +277,7 @@ void PrefixCache::insert(const SessionState& state, std::span<const int32_t> tai
   if (store_) {
     // Too big for RAM (or no RAM tier): straight to disk.
     std::vector<std::string> removed;
-    write(entries_.front(), state, removed);
+    write(entries_.front(), &state, removed);
     if (entries_.front().file.empty()) entries_.pop_front();
     forget_files(removed);
     return;
@@ -242,6 +299,7 @@ void PrefixCache::insert_block(const SessionState& state) {
   e.key = state.tokens;
   e.state_tokens = state.tokens.size();
   e.block = true;
+  e.unsaved = store_ != nullptr;
   entries_.push_front(std::move(e));
   if (!hold(entries_.front(), state)) {
     entries_.pop_front();
@@ -251,19 +309,40 @@ void PrefixCache::insert_block(const SessionState& state) {
   evict();
 }
 
-void PrefixCache::write(Entry& e, const SessionState& whole_state, std::vector<std::string>& removed) {
+void PrefixCache::write(Entry& e, const SessionState* state, std::vector<std::string>& removed) {
   e.unsaved = false;
   if (!store_) return;
+  // The file leaves out the rows of the deepest block snapshot above it that is on disk
+  // (written first if it is not yet).
+  Entry* base = nullptr;
+  for (Entry* a = e.parent; a && !base; a = a->parent) {
+    if (a->unsaved && a->part) write(*a, nullptr, removed);
+    if (!a->file.empty() && std::find(removed.begin(), removed.end(), a->file) == removed.end()) base = a;
+  }
+  const SessionState* out = state;  // without a part in RAM, the session given (it has no parent)
+  SessionState saved;
+  if (e.part) {
+    if (base && base == e.parent)
+      saved = *e.part;  // exactly its rows past the parent
+    else
+      saved = base ? rows_past(whole(e), &*base->part) : whole(e);
+    saved.tokens.assign(e.key.begin(), e.key.begin() + static_cast<ptrdiff_t>(e.state_tokens));
+    out = &saved;
+  }
   const std::span<const int32_t> tail = std::span<const int32_t>(e.key).subspan(e.state_tokens);
-  PrefixStore::Stored stored = store_->store(whole_state, tail, e.text);
+  const StoreLinks links{base ? base->file : std::string(), e.block, e.own};
+  PrefixStore::Stored stored = store_->store(*out, tail, e.text, links);
   removed.insert(removed.end(), stored.removed.begin(), stored.removed.end());
   e.file = std::move(stored.file);
+  // As the store has it (another server sharing the directory may have written it first).
+  const auto i = store_index(e);
+  e.parent_file = i ? store_->entries()[*i].parent_file : std::string();
 }
 
 void PrefixCache::persist() {
   std::vector<std::string> removed;
   for (Entry& e : entries_)
-    if (e.unsaved && e.part) write(e, whole(e), removed);
+    if (e.unsaved && e.part) write(e, nullptr, removed);
   forget_files(removed);
 }
 
@@ -294,7 +373,7 @@ void PrefixCache::evict() {
     --it;
     Entry& e = *it;
     if (!e.part || (!over_bytes && !e.named)) continue;
-    if (e.unsaved) write(e, whole(e), removed);
+    if (e.unsaved) write(e, nullptr, removed);
     if (e.children > 0) {
       if (e.named && over_entries) {
         e.named = false;

@@ -5,7 +5,7 @@
 // fed, and the next turn's prefill feeds it anyway.
 //
 // Two kinds of snapshot. A request's own (insert): at its history boundary, its prompt but the
-// last token, its answer; counted against the entry bound and written to the disk tier. Block
+// last token, its answer; counted against the entry bound. Block
 // snapshots (insert_block): every `--cache-block` tokens of every prefill, so that any two
 // prompts that agree for a while share all the blocks up to where they part (the same document
 // with another question, a conversation forked at an earlier turn). The snapshots form a tree
@@ -18,9 +18,10 @@
 //
 // Two tiers: snapshots in RAM, bounded by bytes (all of them) and entry count (requests' own),
 // least recently used dropped first, and optionally a PrefixStore on disk (--cache-dir),
-// bounded by its own bytes, whose entries (requests' snapshots, whole) survive restarts. A
-// lookup considers both; a disk entry is read (and checked) when it is the best match, then
-// kept in RAM too. New snapshots go to RAM at once and to disk at the next persist(), which the
+// bounded by its own bytes, whose entries survive restarts. The disk tier is deduplicated the
+// same way: an entry's file holds only the rows past the deepest block snapshot above it that
+// is on disk. A lookup considers both; a disk entry is read (and checked, with its chain)
+// when it is the best match, then kept in RAM too, with the block snapshots of its chain. New snapshots go to RAM at once and to disk at the next persist(), which the
 // scheduler calls once the request's answer is out (one that must leave RAM before then, or
 // never fits there, is written at once). Not thread-safe: the scheduler's worker is its only
 // user.
@@ -76,8 +77,8 @@ class PrefixCache {
   // (or empty). An entry with the same key is only refreshed. Snapshots bigger than the RAM
   // bound are not kept in RAM (but still go to disk).
   void insert(const SessionState& state, std::span<const int32_t> tail, std::string text);
-  // Stores a block snapshot keyed by state.tokens (RAM only, bounded by bytes): only the rows
-  // past the deepest block snapshot it extends are copied.
+  // Stores a block snapshot keyed by state.tokens (bounded by bytes in RAM; on disk too after
+  // the next persist()): only the rows past the deepest block snapshot it extends are copied.
   void insert_block(const SessionState& state);
   // Writes the snapshots inserted since the last call to the disk tier (if any).
   void persist();
@@ -92,7 +93,8 @@ class PrefixCache {
     std::vector<int32_t> key;
     size_t state_tokens = 0;
     std::string text;
-    bool named = false;  // a request's snapshot: counted in max_entries, written to disk
+    bool own = false;    // a request's snapshot
+    bool named = false;  // counted in max_entries (own, unless it has block snapshots below it)
     bool block = false;  // a block snapshot: later snapshots may hold only their rows past it
     // In RAM: the session with the compressed caches' entries past the parent's only, and no
     // tokens (the key holds them).
@@ -100,13 +102,19 @@ class PrefixCache {
     Entry* parent = nullptr;  // the block snapshot `part` extends (null: part is whole)
     size_t children = 0;      // entries whose parent this is
     uint64_t bytes = 0;       // RAM bytes while the part is held
-    std::string file;      // its disk entry ("" if none)
-    bool unsaved = false;  // to be written by persist()
+    std::string file;         // its disk entry ("" if none)
+    std::string parent_file;  // the disk entry whose rows `file` leaves out ("" if none)
+    bool unsaved = false;     // to be written by persist()
   };
   using List = std::list<Entry>;  // most recently used first; an entry's parent before it
   // The entry's session (read from disk when not in RAM); null when that read failed, in
   // which case the entry is gone.
   std::optional<Match> take(List::iterator it);
+  // An entry's whole session read from its disk chain; the block snapshots read on the way are
+  // held in RAM. Null (and the entry's file gone) when a file of the chain fails its checks.
+  std::optional<SessionState> load(Entry& e);
+  // Erases the entries that are neither in RAM nor on disk.
+  void prune();
   // Holds `state` in RAM as e's part if it fits the bounds at all (false: it does not).
   bool hold(Entry& e, const SessionState& state);
   // The whole session of an entry held in RAM.
@@ -116,8 +124,10 @@ class PrefixCache {
   // Lets go of an entry's part; an entry that is not on disk either is erased. Returns the
   // iterator after it.
   List::iterator release(List::iterator it);
-  // Writes an entry's session to the disk tier; adds the files the store removed to `removed`.
-  void write(Entry& e, const SessionState& whole_state, std::vector<std::string>& removed);
+  // Writes an entry's session to the disk tier (its part, or `state` when it has none), with
+  // the block snapshots above it that are not there yet; adds the files the store removed to
+  // `removed`.
+  void write(Entry& e, const SessionState* state, std::vector<std::string>& removed);
   void evict();
   void forget_files(const std::vector<std::string>& files);
   std::optional<size_t> store_index(const Entry& e) const;

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -16,8 +17,9 @@
 namespace dsv4::server {
 namespace {
 
-constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'P', 'F', 'X', 1};
-constexpr size_t kHeaderBytes = 64;
+constexpr char kMagic[8] = {'D', 'S', 'V', '4', 'P', 'F', 'X', 2};
+constexpr size_t kHeaderBytes = 80;
+constexpr uint64_t kBlockFlag = 1, kOwnFlag = 2;
 constexpr const char* kSuffix = ".dsv4p";
 constexpr const char* kTempSuffix = ".partial";
 constexpr size_t kIoChunk = size_t{1} << 20;
@@ -29,8 +31,10 @@ struct Header {
   uint64_t checksum = 0;
   StoreIdentity identity{};
   uint64_t key_tokens = 0, state_tokens = 0, text_bytes = 0, state_bytes = 0;
+  uint64_t parent_tokens = 0;  // 0: the session is whole
+  uint64_t flags = 0;          // kBlockFlag, kOwnFlag
 };
-static_assert(8 + 8 + 16 + 4 * 8 == kHeaderBytes);
+static_assert(8 + 8 + 16 + 6 * 8 == kHeaderBytes);
 
 void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 uint64_t get_u64(const uint8_t* p) {
@@ -48,6 +52,8 @@ std::array<uint8_t, kHeaderBytes> encode(const Header& h) {
   put_u64(b.data() + 40, h.state_tokens);
   put_u64(b.data() + 48, h.text_bytes);
   put_u64(b.data() + 56, h.state_bytes);
+  put_u64(b.data() + 64, h.parent_tokens);
+  put_u64(b.data() + 72, h.flags);
   return b;
 }
 
@@ -207,7 +213,7 @@ class FileSource : public ByteSource {
 
 StoreIdentity store_identity(const Engine& engine) {
   Hasher h;
-  h.add(std::string("dsv4 prefix store v1"));
+  h.add(std::string("dsv4 prefix store v2"));
   h.add(std::string(engine.numerics() == kernels::Numerics::kReference ? "reference" : "fast"));
   // This executable: a different build may compute different states.
   {
@@ -301,10 +307,14 @@ void PrefixStore::scan() {
       // The name says this identity; a header that says another one is corrupted.
       if (std::memcmp(b.data() + 16, identity_.data(), 16) != 0) fail("its header does not match its name (corrupted)");
       const uint64_t key_tokens = get_u64(b.data() + 32), state_tokens = get_u64(b.data() + 40),
-                     text_bytes = get_u64(b.data() + 48), state_bytes = get_u64(b.data() + 56);
+                     text_bytes = get_u64(b.data() + 48), state_bytes = get_u64(b.data() + 56),
+                     parent_tokens = get_u64(b.data() + 64), flags = get_u64(b.data() + 72);
       if (key_tokens > size / 4 || text_bytes > kMaxTextBytes || state_tokens > key_tokens ||
           kHeaderBytes + 4 * key_tokens + text_bytes + state_bytes != size)
         fail("truncated or garbled (its sizes do not add up to its {} bytes)", size);
+      if (parent_tokens >= std::max<uint64_t>(state_tokens, 1) || (flags & ~(kBlockFlag | kOwnFlag)) != 0 ||
+          ((flags & kBlockFlag) && state_tokens != key_tokens))
+        fail("garbled (parent {} tokens, flags {:#x})", parent_tokens, flags);
       StoredPrefix e;
       e.key.resize(key_tokens);
       if (key_tokens) f.read_exact(e.key.data(), 4 * key_tokens, kHeaderBytes);
@@ -314,6 +324,10 @@ void PrefixStore::scan() {
       e.file = name;
       e.bytes = size;
       e.mtime_ns = st.mtime_ns;
+      e.parent_tokens = parent_tokens;
+      if (parent_tokens > 0) e.parent_file = file_name(std::span(e.key).first(parent_tokens));
+      e.block = (flags & kBlockFlag) != 0;
+      e.own = (flags & kOwnFlag) != 0;
       bytes_ += size;
       entries_.push_back(std::move(e));
     } catch (const Error& err) {
@@ -323,15 +337,59 @@ void PrefixStore::scan() {
   }
   std::stable_sort(entries_.begin(), entries_.end(),
                    [](const StoredPrefix& a, const StoredPrefix& b) { return a.mtime_ns > b.mtime_ns; });
+  // Link children to parents; an entry whose parent is gone (or is no block snapshot of its
+  // prefix) can never be rebuilt: removed, and so on down its chain.
+  size_t orphans = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::unordered_map<std::string, size_t> by_file;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      entries_[i].children = 0;
+      by_file.emplace(entries_[i].file, i);
+    }
+    std::vector<size_t> gone;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const StoredPrefix& e = entries_[i];
+      if (e.parent_file.empty()) continue;
+      const auto p = by_file.find(e.parent_file);
+      if (p != by_file.end() && entries_[p->second].block && entries_[p->second].state_tokens == e.parent_tokens)
+        ++entries_[p->second].children;
+      else
+        gone.push_back(i);
+    }
+    for (auto i = gone.rbegin(); i != gone.rend(); ++i) {
+      platform::remove_file(dir_ + "/" + entries_[*i].file);
+      bytes_ -= entries_[*i].bytes;
+      entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(*i));
+    }
+    orphans += gone.size();
+    changed = !gone.empty();
+  }
+  if (orphans > 0)
+    warn_(fmt::format("{}: {} entr{} whose block snapshot is gone removed", dir_, orphans, orphans == 1 ? "y" : "ies"));
   if (foreign > 0)
     warn_(fmt::format("{}: {} entr{} of another checkpoint, numerics or dsv4 build left alone", dir_, foreign,
                       foreign == 1 ? "y" : "ies"));
 }
 
+std::optional<size_t> PrefixStore::find(const std::string& file) const {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].file == file) return i;
+  return std::nullopt;
+}
+
 void PrefixStore::drop(size_t i, bool remove_file) {
   if (remove_file) platform::remove_file(dir_ + "/" + entries_[i].file);
   bytes_ -= entries_[i].bytes;
+  const std::string parent = entries_[i].parent_file;
   entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(i));
+  if (parent.empty()) return;
+  if (auto p = find(parent); p && entries_[*p].children > 0) --entries_[*p].children;
+}
+
+void PrefixStore::remove(size_t i, const std::string& why) {
+  warn_(fmt::format("{}/{}: {}; removed (the prompt is prefilled instead)", dir_, entries_[i].file, why));
+  drop(i, true);
 }
 
 std::optional<SessionState> PrefixStore::load(size_t i) {
@@ -352,8 +410,12 @@ std::optional<SessionState> PrefixStore::load(size_t i) {
     in.read(&h.state_tokens, 8);
     in.read(&h.text_bytes, 8);
     in.read(&h.state_bytes, 8);
+    in.read(&h.parent_tokens, 8);
+    in.read(&h.flags, 8);
+    const uint64_t flags = (e.block ? kBlockFlag : 0) | (e.own ? kOwnFlag : 0);
     if (h.identity != identity_ || h.key_tokens != e.key.size() || h.state_tokens != e.state_tokens ||
-        h.text_bytes != e.text.size() || kHeaderBytes + 4 * h.key_tokens + h.text_bytes + h.state_bytes != size)
+        h.text_bytes != e.text.size() || h.parent_tokens != e.parent_tokens || h.flags != flags ||
+        kHeaderBytes + 4 * h.key_tokens + h.text_bytes + h.state_bytes != size)
       fail("its header changed since the server started");
     std::vector<int32_t> key(h.key_tokens);
     if (!key.empty()) in.read(key.data(), 4 * key.size());
@@ -410,7 +472,7 @@ void PrefixStore::touch(size_t i) {
 }
 
 PrefixStore::Stored PrefixStore::store(const SessionState& state, std::span<const int32_t> tail,
-                                       const std::string& text) {
+                                       const std::string& text, const StoreLinks& links) {
   std::vector<int32_t> key = state.tokens;
   key.insert(key.end(), tail.begin(), tail.end());
   const std::string name = file_name(key);
@@ -419,6 +481,17 @@ PrefixStore::Stored PrefixStore::store(const SessionState& state, std::span<cons
     touch(i);
     return {name, {}};
   }
+  size_t parent_tokens = 0;
+  if (!links.parent_file.empty()) {
+    const auto p = find(links.parent_file);
+    if (!p) return {};
+    const StoredPrefix& parent = entries_[*p];
+    parent_tokens = parent.state_tokens;
+    if (!parent.block || parent_tokens == 0 || parent_tokens >= state.tokens.size() ||
+        !std::equal(parent.key.begin(), parent.key.end(), state.tokens.begin()))
+      return {};
+  }
+  if (links.block && !tail.empty()) return {};
   const uint64_t state_bytes = serialized_session_bytes(state);
   const uint64_t size = kHeaderBytes + 4 * key.size() + text.size() + state_bytes;
   if (size > max_bytes_) return {};
@@ -433,12 +506,16 @@ PrefixStore::Stored PrefixStore::store(const SessionState& state, std::span<cons
     h.state_tokens = state.tokens.size();
     h.text_bytes = text.size();
     h.state_bytes = state_bytes;
+    h.parent_tokens = parent_tokens;
+    h.flags = (links.block ? kBlockFlag : 0) | (links.own ? kOwnFlag : 0);
     FileSink out(fd.fd, 16);
     out.write(h.identity.data(), 16);
     out.write(&h.key_tokens, 8);
     out.write(&h.state_tokens, 8);
     out.write(&h.text_bytes, 8);
     out.write(&h.state_bytes, 8);
+    out.write(&h.parent_tokens, 8);
+    out.write(&h.flags, 8);
     if (!key.empty()) out.write(key.data(), 4 * key.size());
     if (!text.empty()) out.write(text.data(), text.size());
     write_session(state, out);
@@ -464,21 +541,26 @@ PrefixStore::Stored PrefixStore::store(const SessionState& state, std::span<cons
   e.file = name;
   e.bytes = size;
   e.mtime_ns = platform::stat_path(path, &st) ? st.mtime_ns : 0;
+  e.parent_file = links.parent_file;
+  e.parent_tokens = parent_tokens;
+  e.block = links.block;
+  e.own = links.own;
   bytes_ += size;
   entries_.insert(entries_.begin(), std::move(e));
+  if (parent_tokens > 0) ++entries_[*find(links.parent_file)].children;
   return {name, evict(name)};
 }
 
 std::vector<std::string> PrefixStore::evict(const std::string& keep) {
+  // The least recently used entry that no other entry refers to goes first (a parent is
+  // usable as soon as its last child is gone).
   std::vector<std::string> removed;
-  while (bytes_ > max_bytes_ && !entries_.empty()) {
-    size_t victim = entries_.size() - 1;
-    if (entries_[victim].file == keep) {
-      if (victim == 0) break;
-      --victim;
-    }
-    removed.push_back(entries_[victim].file);
-    drop(victim, true);
+  while (bytes_ > max_bytes_) {
+    size_t victim = entries_.size();
+    while (victim > 0 && (entries_[victim - 1].file == keep || entries_[victim - 1].children > 0)) --victim;
+    if (victim == 0) break;
+    removed.push_back(entries_[victim - 1].file);
+    drop(victim - 1, true);
   }
   return removed;
 }

@@ -2,7 +2,11 @@
 // restart, so an agent's long system prompt and tool list are not prefilled again.
 //
 // One file per snapshot, "<identity>-<key hash>.dsv4p": a header (magic, checksum, identity,
-// sizes), the key's tokens, the text they decode to, then the session (session_io). The
+// sizes, parent, flags), the key's tokens, the text they decode to, then the session
+// (session_io). Entries are deduplicated by block: a snapshot whose tokens extend a stored
+// block snapshot (its parent, named by the parent's key length: a prefix of this key) holds
+// only the compressed caches' rows past the parent's, and the parent is never removed while
+// an entry refers to it; the prefix cache joins a chain back into a session. The
 // identity names the checkpoint (config, index, each shard's name, size, mtime and first and
 // last 64 KiB), the numerics and the dsv4 executable itself (a rebuilt engine never reuses a
 // state an older one computed); entries of another identity are left alone. The checksum
@@ -43,6 +47,19 @@ struct StoredPrefix {
   std::string file;          // name inside the directory
   uint64_t bytes = 0;        // file size
   int64_t mtime_ns = 0;
+  // The block snapshot whose rows this entry's session leaves out ("" if it is whole): the
+  // entry of key.first(parent_tokens).
+  std::string parent_file;
+  size_t parent_tokens = 0;
+  bool block = false;  // a block snapshot (others may refer to it)
+  bool own = false;    // a request's own snapshot
+  size_t children = 0;  // entries in the index whose parent this is
+};
+
+// What kind of snapshot an entry is, and the block snapshot it extends.
+struct StoreLinks {
+  std::string parent_file;  // "" : the session is whole
+  bool block = false, own = true;
 };
 
 struct StoreLimits {
@@ -68,20 +85,30 @@ class PrefixStore {
 
   // The session of entries()[i], checked (checksum, identity, key, limits); marks it used. On
   // any problem the entry is dropped from the index (a corrupted file is removed, with one
-  // warning; a file another process removed meanwhile is forgotten silently).
+  // warning; a file another process removed meanwhile is forgotten silently). An entry with
+  // a parent comes back with the parent's rows left out.
   std::optional<SessionState> load(size_t i);
+
+  // The index of the entry stored in `file`, if any.
+  std::optional<size_t> find(const std::string& file) const;
+
+  // Removes entries()[i] and its file, with one warning saying `why`.
+  void remove(size_t i, const std::string& why);
 
   // Marks entries()[i] used (it moves to the front).
   void touch(size_t i);
 
   // Writes a snapshot keyed by state.tokens + tail (atomically; an existing entry with that
-  // key is only marked used). A failed write (disk full, ...) costs one warning and nothing
-  // else: `file` is then empty.
+  // key is only marked used). With links.parent_file, `state` holds only the compressed
+  // caches' rows past that entry's (which must be a block snapshot in the index whose key is
+  // a prefix of state.tokens; else nothing is stored). A failed write (disk full, ...) costs
+  // one warning and nothing else: `file` is then empty.
   struct Stored {
     std::string file;                  // the entry's name, "" if not stored
     std::vector<std::string> removed;  // entries removed to stay within the bound
   };
-  Stored store(const SessionState& state, std::span<const int32_t> tail, const std::string& text);
+  Stored store(const SessionState& state, std::span<const int32_t> tail, const std::string& text,
+               const StoreLinks& links = {});
 
  private:
   void scan();
