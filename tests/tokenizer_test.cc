@@ -314,6 +314,17 @@ TEST(TokenizeCli, JsonlLinesBothWays) {
   EXPECT_EQ(plain.out, "Hello");
 }
 
+// --chat: a chat request's prompt as the server encodes it (begin of sentence, the turn's added
+// tokens, the non-thinking answer start), one line per request.
+TEST(TokenizeCli, ChatRequestsGiveThePromptTheServerPrefills) {
+  const std::string request =
+      R"({"model": "m", "messages": [{"role": "user", "content": "Tell me about the lighthouse keeper and his cat."}]})";
+  const auto r = test::run_dsv4("tokenize --chat -t " + kFixtureTokenizer, request + "\n" + request + "\n");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string ids = "[496,499,84,101,288,301,101,390,258,309,492,101,339,271,277,294,394,46,500,502]\n";
+  EXPECT_EQ(r.out, ids + ids);
+}
+
 TEST(TokenizeCli, ErrorsAreOneLineAndExitOne) {
   const auto check = [](const test::CommandResult& r) {
     EXPECT_EQ(r.exit_code, 1);
@@ -328,6 +339,8 @@ TEST(TokenizeCli, ErrorsAreOneLineAndExitOne) {
   check(test::run_dsv4("tokenize --decode -t " + kFixtureTokenizer, "600"));
   check(test::run_dsv4("tokenize --jsonl --decode -t " + kFixtureTokenizer, "[1,-2]\n"));
   check(test::run_dsv4("tokenize --jsonl --decode -t " + kFixtureTokenizer, "\"text\"\n"));
+  check(test::run_dsv4("tokenize --chat -t " + kFixtureTokenizer, "{\"model\": \"m\"}\n"));
+  check(test::run_dsv4("tokenize --chat -t " + kFixtureTokenizer, "[1]\n"));
 }
 
 }  // namespace

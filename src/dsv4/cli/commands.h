@@ -24,6 +24,7 @@ struct TokenizeOptions {
   std::string tokenizer;  // path of tokenizer.json
   bool jsonl = false;
   bool decode = false;
+  bool chat = false;  // stdin lines are chat completion requests: their prompts' ids
 };
 int tokenize(const TokenizeOptions& o);
 

@@ -229,6 +229,7 @@ void register_tokenize(CLI::App& app, Bindings& b, Commands& c) {
   b.add(cmd, "tokenizer", c.tokenize.tokenizer)->required();
   b.add(cmd, "jsonl", c.tokenize.jsonl);
   b.add(cmd, "decode", c.tokenize.decode);
+  b.add(cmd, "tokenize_chat", c.tokenize.chat);
   c.entries.push_back({cmd, [&c] { return dsv4::cli::tokenize(c.tokenize); }});
 }
 

@@ -5,6 +5,10 @@
 //   --decode           stdin holds ids separated by commas and/or whitespace; prints the text
 //                      exactly (no newline added)
 //   --jsonl --decode   each stdin line is a JSON array of ids; prints one JSON string per line
+//   --chat             each stdin line is a chat completion request body (messages, tools,
+//                      tool_choice, reasoning_effort, ...); prints the ids of the prompt that
+//                      `dsv4 serve` would prefill for it, one JSON array per line (an agent
+//                      trace's token accounting: scripts/agent_trace.mjs)
 //
 // Added-token strings in the text (e.g. "<｜User｜>") become their ids; no BOS is added. Text
 // that is not valid UTF-8 has each bad sequence replaced by U+FFFD. Any error: one line on
@@ -18,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv4/cli/common.h"
+#include "dsv4/server/openai_api.h"
 #include "dsv4/text/tokenizer.h"
 #include "dsv4/util/error.h"
 
@@ -61,6 +66,24 @@ nlohmann::json parse_line(const std::string& line, size_t line_no) {
 int tokenize(const TokenizeOptions& o) {
   const text::Tokenizer tokenizer = text::Tokenizer::from_file(o.tokenizer);
   std::ios::sync_with_stdio(false);
+  if (o.chat) {
+    if (o.decode) fail("--chat encodes requests; it does not go with --decode");
+    std::string line;
+    size_t line_no = 0;
+    const server::RequestDefaults defaults;
+    while (std::getline(std::cin, line)) {
+      ++line_no;
+      server::ApiRequest r;
+      try {
+        r = server::parse_chat_request(server::parse_json_body(line), defaults);
+      } catch (const std::exception& e) {
+        fail("stdin line {}: {}", line_no, e.what());
+      }
+      const std::string out = "[" + join_ids(tokenizer.encode(r.prompt_text, r.prompt_caller), ",") + "]\n";
+      std::fwrite(out.data(), 1, out.size(), stdout);
+    }
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
   if (!o.jsonl) {
     const std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
     if (o.decode) {

@@ -218,6 +218,9 @@ std::vector<Setting> make_table() {
       flag_bool("jsonl", "--jsonl", "", false,
                 "tokenize: one JSON string (with --decode: one JSON array of ids) per line"),
       flag_bool("decode", "--decode", "", false, "tokenize: ids in, text out"),
+      flag_bool("tokenize_chat", "--chat", "", false,
+                "tokenize: each stdin line is a chat completion request (JSON); prints the ids of its prompt as "
+                "dsv4 serve encodes it"),
       path("synth_out", "--out", "", "synth: output directory"),
       flag_bool("synth_demo", "--demo", "", false,
                 "synth: a small deterministic random-weight model with a tokenizer (~90 MB)"),
