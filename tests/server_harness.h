@@ -61,7 +61,9 @@ inline ServerOptions test_options() {
 // A server on a free loopback port, stopped (and its threads joined) even when a test fails.
 class TestServer {
  public:
-  explicit TestServer(ServerOptions o = test_options()) : server_(*model().engine, model().tokenizer, std::move(o)) {
+  explicit TestServer(ServerOptions o = test_options()) : TestServer(*model().engine, std::move(o)) {}
+  // On another engine of tiny-a (other numerics, a RAM budget).
+  TestServer(Engine& engine, ServerOptions o) : server_(engine, model().tokenizer, std::move(o)) {
     // As `dsv4 serve` does. Debian's cpp-httplib 0.11 is a shared library that writes with
     // flags 0, so a client write to a closed socket would end the test binary, not fail one check.
     signal(SIGPIPE, SIG_IGN);
