@@ -484,6 +484,31 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedByCountAndBytes) {
   EXPECT_FALSE(small.longest_token_prefix(std::vector<int32_t>{5, 1}));
 }
 
+// Eviction weighs the prefill a snapshot saves per byte against its age (GreedyDual-Size): a
+// 1,000-token snapshot outlives more recent 1-token ones of the same size, until enough
+// newer ones have come and gone (each eviction raises the clock to the victim's priority).
+TEST(PrefixCache, ASnapshotThatSavesMorePrefillOutlivesNewerOnesForAWhile) {
+  std::vector<int32_t> long_tokens(1000);
+  for (size_t i = 0; i < long_tokens.size(); ++i) long_tokens[i] = static_cast<int32_t>(10 + i);
+  std::vector<int32_t> longer = long_tokens;
+  longer.push_back(7);
+  // Bytes bound: ~40 KB sessions, two fit. The long one, then `newer` 1-token ones.
+  auto after = [&](int newer) {
+    auto cache = std::make_unique<PrefixCache>(64, 100000);
+    cache->insert(session_with(long_tokens, 10000), {}, "");
+    for (int32_t t = 1; t <= newer; ++t) cache->insert(session_with({-t}, 10000), {}, "");
+    EXPECT_EQ(cache->entries(), 2u);
+    return cache;
+  };
+  auto cache = after(2);  // over the bound: the older 1-token one goes
+  EXPECT_FALSE(cache->longest_token_prefix(std::vector<int32_t>{-1, 5}));
+  EXPECT_TRUE(cache->longest_token_prefix(std::vector<int32_t>{-2, 5}));
+  EXPECT_TRUE(cache->longest_token_prefix(longer));
+  EXPECT_TRUE(after(100)->longest_token_prefix(longer));
+  // Recency still counts: the stream of newer snapshots wears its lead away.
+  EXPECT_FALSE(after(3000)->longest_token_prefix(longer));
+}
+
 TEST(PrefixCache, TextPrefixNeedsTheJunctionCheck) {
   PrefixCache cache(4, 1 << 20);
   cache.insert(session_with({1, 2}), {}, "Hello");

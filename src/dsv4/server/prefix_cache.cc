@@ -136,7 +136,14 @@ void PrefixCache::touch(List::iterator it) {
   for (Entry* e : chain) {
     auto at = std::find_if(entries_.begin(), entries_.end(), [e](const Entry& x) { return &x == e; });
     entries_.splice(entries_.begin(), entries_, at);
+    if (e->part) e->priority = clock_ + saved_per_byte(*e);
   }
+}
+
+double PrefixCache::saved_per_byte(const Entry& e) {
+  // The prefill its part saves beyond its parent's, per byte held.
+  const size_t above = e.parent ? e.parent->state_tokens : 0;
+  return static_cast<double>(e.state_tokens - above) / static_cast<double>(std::max<uint64_t>(e.bytes, 1));
 }
 
 SessionState PrefixCache::whole(const Entry& e) const {
@@ -361,27 +368,33 @@ void PrefixCache::forget_files(const std::vector<std::string>& files) {
 }
 
 void PrefixCache::evict() {
-  // From the least recently used end: a request's snapshot beyond the entry bound, any
-  // snapshot beyond the byte bound. One that has block snapshots below it stays (they need
-  // its rows) but stops counting as a request's; its children come first in this walk, so the
-  // byte bound is met once they are gone. An entry on disk stays indexed (one not written yet
-  // is written first, so the RAM bound holds at every moment).
+  // GreedyDual-Size: the victim has the lowest priority, set on each use to the clock plus
+  // the prefill its part saves per byte; each eviction moves the clock up to the victim's, so
+  // an entry not used for a while loses to fresh ones however much it saves. Ties go to the
+  // least recently used. Beyond the entry bound the victim is a request's snapshot; one with
+  // block snapshots below it stays (they need its rows) but stops counting as a request's.
+  // Beyond the byte bound it is a snapshot with none below it (a chain is dropped from its
+  // leaves up). An entry on disk stays indexed (one not written yet is written first, so the
+  // RAM bound holds at every moment).
   std::vector<std::string> removed;
-  for (auto it = entries_.end(); it != entries_.begin();) {
+  for (;;) {
     const bool over_entries = ram_entries_ > max_entries_, over_bytes = bytes_ > max_bytes_;
     if (!over_entries && !over_bytes) break;
-    --it;
-    Entry& e = *it;
-    if (!e.part || (!over_bytes && !e.named)) continue;
+    auto victim = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (!it->part || (over_entries ? !it->named : it->children > 0)) continue;
+      if (victim == entries_.end() || it->priority <= victim->priority) victim = it;
+    }
+    if (victim == entries_.end()) break;  // (not reached: whatever is counted is held)
+    Entry& e = *victim;
+    clock_ = std::max(clock_, e.priority);
     if (e.unsaved) write(e, nullptr, removed);
     if (e.children > 0) {
-      if (e.named && over_entries) {
-        e.named = false;
-        --ram_entries_;
-      }
+      e.named = false;
+      --ram_entries_;
       continue;
     }
-    it = release(it);
+    release(victim);
   }
   forget_files(removed);
 }

@@ -13,18 +13,18 @@
 // snapshot its tokens extend (entries are append-only, so a block's rows are the same in every
 // session that went through it), plus its own fixed-size state (window, compressor remainders,
 // MTP ring); a lookup rebuilds the session from the chain. A block snapshot with descendants is
-// never dropped before them: using a snapshot marks its whole chain used, so the least recently
-// used end of the list always holds leaves first.
+// never dropped before them, and using a snapshot marks its whole chain used.
 //
 // Two tiers: snapshots in RAM, bounded by bytes (all of them) and entry count (requests' own),
-// least recently used dropped first, and optionally a PrefixStore on disk (--cache-dir),
-// bounded by its own bytes, whose entries survive restarts. The disk tier is deduplicated the
-// same way: an entry's file holds only the rows past the deepest block snapshot above it that
-// is on disk. A lookup considers both; a disk entry is read (and checked, with its chain)
-// when it is the best match, then kept in RAM too, with the block snapshots of its chain. New snapshots go to RAM at once and to disk at the next persist(), which the
-// scheduler calls once the request's answer is out (one that must leave RAM before then, or
-// never fits there, is written at once). Not thread-safe: the scheduler's worker is its only
-// user.
+// dropped by recency and the prefill they save per byte (GreedyDual-Size, see evict()), and
+// optionally a PrefixStore on disk (--cache-dir), bounded by its own bytes, whose entries
+// survive restarts. The disk tier is deduplicated the same way: an entry's file holds only the
+// rows past the deepest block snapshot above it that is on disk. A lookup considers both; a
+// disk entry is read (and checked, with its chain) when it is the best match, then kept in RAM
+// too, with the block snapshots of its chain. New snapshots go to RAM at once and to disk at
+// the next persist(), which the scheduler calls once the request's answer is out (one that
+// must leave RAM before then, or never fits there, is written at once). Not thread-safe: the
+// scheduler's worker is its only user.
 #pragma once
 
 #include <cstdint>
@@ -102,6 +102,7 @@ class PrefixCache {
     Entry* parent = nullptr;  // the block snapshot `part` extends (null: part is whole)
     size_t children = 0;      // entries whose parent this is
     uint64_t bytes = 0;       // RAM bytes while the part is held
+    double priority = 0;      // eviction order, lowest first (evict())
     std::string file;         // its disk entry ("" if none)
     std::string parent_file;  // the disk entry whose rows `file` leaves out ("" if none)
     bool unsaved = false;     // to be written by persist()
@@ -129,6 +130,7 @@ class PrefixCache {
   // `removed`.
   void write(Entry& e, const SessionState* state, std::vector<std::string>& removed);
   void evict();
+  static double saved_per_byte(const Entry& e);
   void forget_files(const std::vector<std::string>& files);
   std::optional<size_t> store_index(const Entry& e) const;
 
@@ -138,6 +140,7 @@ class PrefixCache {
   List entries_;
   size_t ram_entries_ = 0;
   uint64_t bytes_ = 0;
+  double clock_ = 0;  // GreedyDual's inflation value: the last victim's priority
 };
 
 }  // namespace dsv4::server
