@@ -185,37 +185,57 @@ TEST(Server, SecondTurnReusesTheWholeFirstTurn) {
 }
 
 // Block snapshots: the same long prompt again reuses all of it but the last token, and the same
-// document with another question reuses every block before the question; the answers are the
+// document with another question reuses every block before the question and leaves a snapshot
+// where the two part, so a third question reuses the whole shared prefix; the answers are the
 // ones a server with nothing cached gives.
 TEST(Server, BlockSnapshotsReuseALongDocumentAndAnIdenticalPrompt) {
   ServerOptions o = test_options();
   o.scheduler.cache_block = 64;  // a multiple of tiny-a's compression ratios (4, 8)
   o.scheduler.cache_entries = 16;
   TestServer s(o);
+  const std::string q1 = "Which lamp was lit first?", q2 = "What did the keeper log?", q3 = "What did the keeper light?";
   std::string doc;
   for (int i = 0; i < 60; ++i) doc += "The keeper lit lamp " + std::to_string(i) + " at dusk and logged the tide. ";
+  auto chat = [&](const std::string& question) { return user_chat(doc + "\n\n" + question, 6); };
+  auto prompt_ids = [&](const std::string& question) {
+    const text::chat::Prompt p = text::chat::render_prompt(chat(question)["messages"], {});
+    return model().tokenizer.encode(p.text, p.caller);
+  };
+  // Where q1's and q2's prompts part: padded to fall mid-block, so that the blocks alone would
+  // leave tokens of the shared prefix to prefill again.
+  size_t parts_at = 0;
+  for (int pad = 0; pad < 64; ++pad, doc += " x") {
+    const auto a = prompt_ids(q1), b = prompt_ids(q2);
+    parts_at = static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin());
+    if (parts_at % 64 >= 32) break;
+  }
+  ASSERT_GE(parts_at % 64, 32u);
   auto ask = [&](TestServer& server, const std::string& question) {
-    Reply r = post(server, "/v1/chat/completions", user_chat(doc + "\n\n" + question, 6));
+    Reply r = post(server, "/v1/chat/completions", chat(question));
     EXPECT_EQ(r.status, 200) << r.body;
     return r;
   };
-  Reply a = ask(s, "Which lamp was lit first?");
+  auto cached = [](const Reply& r) { return r.json["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(); };
+  Reply a = ask(s, q1);
   const int64_t p1 = a.json["usage"]["prompt_tokens"];
   ASSERT_GT(p1, 600);
-  EXPECT_EQ(a.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  Reply again = ask(s, "Which lamp was lit first?");
-  EXPECT_EQ(again.json["usage"]["prompt_tokens_details"]["cached_tokens"], p1 - 1);
+  EXPECT_EQ(cached(a), 0);
+  Reply again = ask(s, q1);
+  EXPECT_EQ(cached(again), p1 - 1);
   EXPECT_EQ(again.json["choices"][0]["message"]["content"], a.json["choices"][0]["message"]["content"]);
-  Reply b = ask(s, "What did the keeper log?");
-  const int64_t p2 = b.json["usage"]["prompt_tokens"];
-  const int64_t cached = b.json["usage"]["prompt_tokens_details"]["cached_tokens"];
-  // Every whole block before the question: at most one block short of the shared prefix.
-  EXPECT_GE(cached, p2 - 64 - 16) << p2;
-  EXPECT_EQ(cached % 64, 0);
-  TestServer fresh;
-  Reply c = ask(fresh, "What did the keeper log?");
-  EXPECT_EQ(c.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  EXPECT_EQ(b.json["choices"][0]["message"]["content"], c.json["choices"][0]["message"]["content"]);
+  Reply b = ask(s, q2);
+  // Every whole block before the question: less than a block short of the shared prefix.
+  EXPECT_EQ(cached(b), static_cast<int64_t>(parts_at / 64 * 64));
+  Reply c = ask(s, q3);  // all of the prefix the first two share, from the snapshot where they part
+  EXPECT_EQ(cached(c), static_cast<int64_t>(parts_at));
+  ServerOptions uncached = test_options();
+  uncached.scheduler.cache_entries = 0;
+  TestServer fresh(uncached);
+  for (const auto& [question, reply] : {std::pair{q2, b}, std::pair{q3, c}}) {
+    Reply cold = ask(fresh, question);
+    EXPECT_EQ(cached(cold), 0);
+    EXPECT_EQ(reply.json["choices"][0]["message"]["content"], cold.json["choices"][0]["message"]["content"]) << question;
+  }
 }
 
 // The block snapshots go to the disk tier too (each as the rows past the block above it):

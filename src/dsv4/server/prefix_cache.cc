@@ -120,6 +120,17 @@ std::optional<PrefixCache::Match> PrefixCache::longest_token_prefix(std::span<co
   }
 }
 
+size_t PrefixCache::longest_shared_prefix(std::span<const int32_t> prompt) const {
+  size_t best = 0;
+  for (const Entry& e : entries_) {
+    const size_t n = std::min(e.key.size(), prompt.size());
+    if (n <= best) continue;
+    best = std::max(best, static_cast<size_t>(std::mismatch(e.key.begin(), e.key.begin() + static_cast<ptrdiff_t>(n),
+                                                            prompt.begin()).first - e.key.begin()));
+  }
+  return best;
+}
+
 std::optional<size_t> PrefixCache::store_index(const Entry& e) const {
   if (!store_ || e.file.empty()) return std::nullopt;
   const auto& stored = store_->entries();

@@ -56,6 +56,10 @@ class PrefixCache {
   // tokens than the prompt).
   std::optional<Match> longest_token_prefix(std::span<const int32_t> prompt);
 
+  // The most tokens any entry's key has in common with the start of `prompt` (where the prompt
+  // parts from the nearest cached one).
+  size_t longest_shared_prefix(std::span<const int32_t> prompt) const;
+
   // The entry with the longest text that is a proper prefix of `text` and for which
   // `junction_ok(rest)` holds for the rest of the text (the caller checks that the rest
   // tokenizes on its own the way it would inside the whole text).

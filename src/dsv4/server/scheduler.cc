@@ -17,6 +17,9 @@ namespace {
 // Prompts with at least this many tokens left to prefill also keep a snapshot one token short
 // of their end (a pass of its own for the last token).
 constexpr size_t kPromptSnapshotMin = 64;
+// A snapshot where a prompt parts from a cached one (no pass of its own: the prefill's chunk is
+// only cut there) once it saves at least this many tokens of the next such prompt's prefill.
+constexpr size_t kForkSnapshotMin = 16;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -299,6 +302,8 @@ void Scheduler::run(Job& job) {
     const std::vector<size_t> offsets = in.prompt_text.empty() ? std::vector<size_t>() : tokenizer_.token_offsets(in.prompt);
     std::unique_lock cache_lock(cache_mu_);
     auto match = cache_.longest_token_prefix(prompt);
+    // Where the prompt parts from the nearest cached one (by tokens).
+    size_t parts_at = cache_.longest_shared_prefix(prompt);
     if (!in.prompt_text.empty()) {
       auto junction = [&](std::string_view rest) { return token_at(offsets, in.prompt_text.size() - rest.size()); };
       auto junction_ok = [&](std::string_view rest) {
@@ -314,6 +319,7 @@ void Scheduler::run(Job& job) {
             added_tokens(tokenizer_, by_text->key) == added_tokens(tokenizer_, std::span(in.prompt).first(at))) {
           prompt = std::move(alt);
           match = std::move(by_text);
+          parts_at = cache_.longest_shared_prefix(prompt);
         }
       }
     }
@@ -340,8 +346,9 @@ void Scheduler::run(Job& job) {
     };
     GenerationStats prefix_stats;  // the stages before the answer's
 
-    // Prefills the prompt up to `end` and keeps a snapshot there; false when cancelled.
-    auto prefill_to = [&](size_t end) {
+    // Prefills the prompt up to `end` and keeps a snapshot there (a request's own, or a block
+    // snapshot); false when cancelled.
+    auto prefill_to = [&](size_t end, bool block = false) {
       GenerationRequest upto = req;
       upto.prompt.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(end));
       upto.max_tokens = 0;
@@ -355,17 +362,27 @@ void Scheduler::run(Job& job) {
         finish(job, JobOutcome::Status::kCancelled);
         return false;
       }
-      store_snapshot(session, {});
+      if (block) {
+        std::lock_guard lock(cache_mu_);
+        cache_.insert_block(session);
+      } else {
+        store_snapshot(session, {});
+      }
       return true;
     };
     // Stage 1: prefill up to the history boundary and keep a snapshot there.
     const size_t boundary = in.history_suffix > 0 && in.history_suffix < prompt.size() ? prompt.size() - in.history_suffix : 0;
     if (boundary > session.tokens.size() && !prefill_to(boundary)) return;
+    // Where it parts from a cached prompt past the snapshot it resumes from (the same document
+    // with another question: the last block snapshot is up to a block short of the question):
+    // a block snapshot there, so the next prompt that agrees this far reuses all of it.
+    const size_t prompt_end = prompt.size() - 1;
+    if (parts_at >= session.tokens.size() + kForkSnapshotMin && parts_at < prompt_end && !prefill_to(parts_at, true))
+      return;
     // The first of several choices: the prompt but its last token (a session must have a token
     // left to feed for the first logits), for the other choices to start from.
     // A long prompt but its last token is kept too, so the same prompt again (a retry, another
     // sample) reuses all of it; a short one costs little to prefill again and is not split.
-    const size_t prompt_end = prompt.size() - 1;
     if (job.fork_leader_ || prompt_end >= session.tokens.size() + kPromptSnapshotMin) {
       if (prompt_end > session.tokens.size() && !prefill_to(prompt_end)) return;
       if (job.fork_leader_) job.fork_->open();
