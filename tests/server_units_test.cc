@@ -2,6 +2,7 @@
 // (reasoning / content / tool calls) that streaming and non-streaming responses share, request
 // validation, the prefix cache and metrics. server_test.cc runs the HTTP server itself.
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "dsv4/server/metrics.h"
 #include "dsv4/server/openai_api.h"
 #include "dsv4/server/prefix_cache.h"
+#include "dsv4/server/token_trie.h"
 #include "dsv4/text/dsml.h"
 #include "dsv4/util/error.h"
 #include "test_util.h"
@@ -444,6 +446,48 @@ SessionState session_with(std::vector<int32_t> tokens, size_t payload_floats = 0
   s.layers.resize(1);
   s.layers[0].window_kv.assign(payload_floats, 1.0f);
   return s;
+}
+
+// The radix index against a brute-force scan: random keys over a 3-token alphabet (so paths
+// share, split and merge often), inserted and erased in random order, some keys twice; every
+// lookup finds exactly the keys that are prefixes of the query, shortest first, and the
+// longest common prefix with any key.
+TEST(TokenTrie, AgreesWithAScanThroughInsertsAndErases) {
+  std::mt19937 rng(46);
+  std::vector<std::vector<int32_t>> keys(300);
+  for (auto& k : keys) {
+    k.resize(rng() % 12);
+    for (int32_t& t : k) t = static_cast<int32_t>(rng() % 3);
+  }
+  std::vector<int> values(keys.size());
+  server::TokenTrie<int> trie;
+  std::vector<bool> in(keys.size(), false);
+  for (int step = 0; step < 3000; ++step) {
+    const size_t i = rng() % keys.size();
+    if (in[i])
+      trie.erase(keys[i], &values[i]);
+    else
+      trie.insert(keys[i], &values[i]);
+    in[i] = !in[i];
+    std::vector<int32_t> query(rng() % 14);
+    for (int32_t& t : query) t = static_cast<int32_t>(rng() % 3);
+    std::vector<std::pair<size_t, int*>> found, want;
+    trie.prefixes_of(query, [&](size_t depth, int* v) { found.emplace_back(depth, v); });
+    size_t shared = 0;
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (!in[k]) continue;
+      const auto& key = keys[k];
+      const size_t n = std::min(key.size(), query.size());
+      const size_t common = static_cast<size_t>(std::mismatch(key.begin(), key.begin() + static_cast<ptrdiff_t>(n), query.begin()).first - key.begin());
+      shared = std::max(shared, common);
+      if (common == key.size()) want.emplace_back(key.size(), &values[k]);
+    }
+    for (size_t f = 1; f < found.size(); ++f) ASSERT_LE(found[f - 1].first, found[f].first) << "shortest first";
+    std::sort(found.begin(), found.end());
+    std::sort(want.begin(), want.end());
+    ASSERT_EQ(found, want) << "step " << step;
+    ASSERT_EQ(trie.shared_prefix(query), shared) << "step " << step;
+  }
 }
 
 TEST(PrefixCache, LongestPrefixByKeyIncludingTheUnfedTail) {

@@ -102,33 +102,45 @@ PrefixCache::PrefixCache(size_t max_entries, uint64_t max_bytes, std::unique_ptr
     e.block = s.block;
     e.file = s.file;
     e.parent_file = s.parent_file;
-    entries_.push_back(std::move(e));
+    add(std::move(e), false);
   }
+}
+
+PrefixCache::Entry& PrefixCache::add(Entry e, bool front) {
+  const auto it = entries_.insert(front ? entries_.begin() : entries_.end(), std::move(e));
+  it->self = it;
+  index_.insert(it->key, &*it);
+  return *it;
+}
+
+PrefixCache::List::iterator PrefixCache::erase(List::iterator it) {
+  index_.erase(it->key, &*it);
+  return entries_.erase(it);
+}
+
+PrefixCache::Entry* PrefixCache::find(std::span<const int32_t> key) {
+  Entry* found = nullptr;
+  index_.prefixes_of(key, [&](size_t depth, Entry* e) {
+    if (!found && depth == key.size()) found = e;
+  });
+  return found;
 }
 
 std::optional<PrefixCache::Match> PrefixCache::longest_token_prefix(std::span<const int32_t> prompt) {
   for (;;) {
-    auto best = entries_.end();
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      const auto& k = it->key;
-      if (k.size() > prompt.size() || it->state_tokens >= prompt.size()) continue;
-      if (best != entries_.end() && best->key.size() >= k.size()) continue;
-      if (std::equal(k.begin(), k.end(), prompt.begin())) best = it;
-    }
-    if (best == entries_.end()) return std::nullopt;
-    if (auto m = take(best)) return m;  // else its disk entry was bad and is gone: look again
+    // The deepest key on the prompt's path whose session leaves a token to feed (of equal
+    // keys, the first added).
+    Entry* best = nullptr;
+    index_.prefixes_of(prompt, [&](size_t depth, Entry* e) {
+      if (e->state_tokens < prompt.size() && (!best || best->key.size() < depth)) best = e;
+    });
+    if (!best) return std::nullopt;
+    if (auto m = take(best->self)) return m;  // else its disk entry was bad and is gone: look again
   }
 }
 
 size_t PrefixCache::longest_shared_prefix(std::span<const int32_t> prompt) const {
-  size_t best = 0;
-  for (const Entry& e : entries_) {
-    const size_t n = std::min(e.key.size(), prompt.size());
-    if (n <= best) continue;
-    best = std::max(best, static_cast<size_t>(std::mismatch(e.key.begin(), e.key.begin() + static_cast<ptrdiff_t>(n),
-                                                            prompt.begin()).first - e.key.begin()));
-  }
-  return best;
+  return index_.shared_prefix(prompt);
 }
 
 std::optional<size_t> PrefixCache::store_index(const Entry& e) const {
@@ -140,13 +152,8 @@ std::optional<size_t> PrefixCache::store_index(const Entry& e) const {
 }
 
 void PrefixCache::touch(List::iterator it) {
-  std::vector<Entry*> chain;
-  for (Entry* e = &*it; e; e = e->parent) chain.push_back(e);
-  // The list's iterators are its nodes: find each parent's by walking from the front (chains
-  // are short and the parents sit near the front).
-  for (Entry* e : chain) {
-    auto at = std::find_if(entries_.begin(), entries_.end(), [e](const Entry& x) { return &x == e; });
-    entries_.splice(entries_.begin(), entries_, at);
+  for (Entry* e = &*it; e; e = e->parent) {  // each parent ends up before its children
+    entries_.splice(entries_.begin(), entries_, e->self);
     if (e->part) e->priority = clock_ + saved_per_byte(*e);
   }
 }
@@ -224,18 +231,18 @@ std::optional<SessionState> PrefixCache::load(Entry& e) {
 }
 
 void PrefixCache::prune() {
-  for (auto it = entries_.begin(); it != entries_.end();) it = it->part || !it->file.empty() ? std::next(it) : entries_.erase(it);
+  for (auto it = entries_.begin(); it != entries_.end();) it = it->part || !it->file.empty() ? std::next(it) : erase(it);
 }
 
 bool PrefixCache::hold(Entry& e, const SessionState& state) {
   if (max_entries_ == 0) return false;
   // The deepest block snapshot held in RAM whose tokens this session went through.
   Entry* parent = nullptr;
-  for (Entry& p : entries_) {
-    if (!p.block || !p.part || &p == &e || p.state_tokens >= state.tokens.size()) continue;
-    if (parent && parent->state_tokens >= p.state_tokens) continue;
-    if (starts_with(state.tokens, p.key) && extends(state, *p.part)) parent = &p;
-  }
+  index_.prefixes_of(state.tokens, [&](size_t, Entry* p) {
+    if (!p->block || !p->part || p == &e || p->state_tokens >= state.tokens.size()) return;
+    if (parent && parent->state_tokens >= p->state_tokens) return;
+    if (extends(state, *p->part)) parent = p;
+  });
   SessionState part = rows_past(state, parent ? &*parent->part : nullptr);
   const uint64_t bytes = entry_bytes(part, e.key, e.text);
   if (bytes > max_bytes_) return false;
@@ -258,7 +265,7 @@ PrefixCache::List::iterator PrefixCache::release(List::iterator it) {
     e.parent = nullptr;
     e.bytes = 0;
   }
-  if (e.file.empty()) return entries_.erase(it);
+  if (e.file.empty()) return erase(it);
   e.named = e.own;  // on disk: counted as a request's snapshot again when it is read back
   return std::next(it);
 }
@@ -267,8 +274,8 @@ void PrefixCache::insert(const SessionState& state, std::span<const int32_t> tai
   if (state.tokens.empty()) return;
   std::vector<int32_t> key = state.tokens;
   key.insert(key.end(), tail.begin(), tail.end());
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->key != key) continue;
+  if (Entry* same = find(key)) {
+    const auto it = same->self;
     if (!it->named) {  // a block snapshot becomes a request's too
       it->own = it->named = true;
       if (it->part) ++ram_entries_;
@@ -286,30 +293,31 @@ void PrefixCache::insert(const SessionState& state, std::span<const int32_t> tai
   e.text = std::move(text);
   e.own = e.named = true;
   e.unsaved = store_ != nullptr;
-  entries_.push_front(std::move(e));
-  if (hold(entries_.front(), state)) {
-    touch(entries_.begin());
+  Entry& added = add(std::move(e));
+  if (hold(added, state)) {
+    touch(added.self);
     evict();
     return;
   }
   if (store_) {
     // Too big for RAM (or no RAM tier): straight to disk.
     std::vector<std::string> removed;
-    write(entries_.front(), &state, removed);
-    if (entries_.front().file.empty()) entries_.pop_front();
+    write(added, &state, removed);
+    if (added.file.empty()) erase(added.self);
     forget_files(removed);
     return;
   }
-  entries_.pop_front();
+  erase(added.self);
 }
 
 void PrefixCache::insert_block(const SessionState& state) {
   if (state.tokens.empty()) return;
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->key.size() != state.tokens.size() || it->state_tokens != state.tokens.size() || it->key != state.tokens) continue;
-    it->block = true;
-    if (!it->part) hold(*it, state);
-    touch(it);
+  if (Entry* same = find(state.tokens)) {
+    // (One whose key holds a tail is another session: its key, and so its file name, is taken.)
+    if (same->state_tokens != state.tokens.size()) return;
+    same->block = true;
+    if (!same->part) hold(*same, state);
+    touch(same->self);
     evict();
     return;
   }
@@ -318,12 +326,12 @@ void PrefixCache::insert_block(const SessionState& state) {
   e.state_tokens = state.tokens.size();
   e.block = true;
   e.unsaved = store_ != nullptr;
-  entries_.push_front(std::move(e));
-  if (!hold(entries_.front(), state)) {
-    entries_.pop_front();
+  Entry& added = add(std::move(e));
+  if (!hold(added, state)) {
+    erase(added.self);
     return;
   }
-  touch(entries_.begin());
+  touch(added.self);
   evict();
 }
 
@@ -335,7 +343,9 @@ void PrefixCache::write(Entry& e, const SessionState* state, std::vector<std::st
   Entry* base = nullptr;
   for (Entry* a = e.parent; a && !base; a = a->parent) {
     if (a->unsaved && a->part) write(*a, nullptr, removed);
-    if (!a->file.empty() && std::find(removed.begin(), removed.end(), a->file) == removed.end()) base = a;
+    if (a->file.empty() || std::find(removed.begin(), removed.end(), a->file) != removed.end()) continue;
+    const auto i = store_index(*a);  // (on disk as a block snapshot: one stored first as a
+    if (i && store_->entries()[*i].block) base = a;  // request's own cannot be a parent there)
   }
   const SessionState* out = state;  // without a part in RAM, the session given (it has no parent)
   SessionState saved;
@@ -373,7 +383,7 @@ void PrefixCache::forget_files(const std::vector<std::string>& files) {
       }
       it->file.clear();
       it->named = it->named && it->part;
-      it = it->part ? std::next(it) : entries_.erase(it);
+      it = it->part ? std::next(it) : erase(it);
     }
   }
 }
@@ -412,6 +422,7 @@ void PrefixCache::evict() {
 
 void PrefixCache::clear() {
   entries_.clear();
+  index_.clear();
   bytes_ = 0;
   ram_entries_ = 0;
 }

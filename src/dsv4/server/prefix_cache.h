@@ -38,6 +38,7 @@
 
 #include "dsv4/model/session.h"
 #include "dsv4/server/prefix_store.h"
+#include "dsv4/server/token_trie.h"
 
 namespace dsv4::server {
 
@@ -62,7 +63,8 @@ class PrefixCache {
 
   // The entry with the longest text that is a proper prefix of `text` and for which
   // `junction_ok(rest)` holds for the rest of the text (the caller checks that the rest
-  // tokenizes on its own the way it would inside the whole text).
+  // tokenizes on its own the way it would inside the whole text). A scan of the entries with
+  // text (only requests' snapshots have it); token lookups go through the radix index.
   template <typename JunctionOk>
   std::optional<Match> longest_text_prefix(std::string_view text, JunctionOk junction_ok) {
     for (;;) {
@@ -110,8 +112,15 @@ class PrefixCache {
     std::string file;         // its disk entry ("" if none)
     std::string parent_file;  // the disk entry whose rows `file` leaves out ("" if none)
     bool unsaved = false;     // to be written by persist()
+    std::list<Entry>::iterator self;  // its place in entries_ (list iterators survive splices)
   };
   using List = std::list<Entry>;  // most recently used first; an entry's parent before it
+  // Adds an entry at the front (or the back) of the list and to the index.
+  Entry& add(Entry e, bool front = true);
+  // Takes an entry out of the index and the list; returns the iterator after it.
+  List::iterator erase(List::iterator it);
+  // The entry with exactly this key (keys are unique: they name the disk tier's files), or null.
+  Entry* find(std::span<const int32_t> key);
   // The entry's session (read from disk when not in RAM); null when that read failed, in
   // which case the entry is gone.
   std::optional<Match> take(List::iterator it);
@@ -142,6 +151,7 @@ class PrefixCache {
   uint64_t max_bytes_;
   std::unique_ptr<PrefixStore> store_;
   List entries_;
+  TokenTrie<Entry> index_;  // every entry by its key
   size_t ram_entries_ = 0;
   uint64_t bytes_ = 0;
   double clock_ = 0;  // GreedyDual's inflation value: the last victim's priority
