@@ -9,7 +9,9 @@
 // of about 3k tokens to read, a retry of that request, the conversation carried on with the
 // model's own answers, an assistant turn with two parallel tool calls and their results, a
 // fork back at the first turn with another question, two sub-agents at once on the same
-// system prompt, n = 2 samples, and a retry after a server restart (the disk tier).
+// system prompt, n = 2 samples, and a retry after a server restart (the disk tier). Then issue
+// 46's acceptance cases: a ~1k-token single-turn prompt sent twice and once more after the
+// restart, and a ~4k-token document asked two questions.
 //
 // The ideal counts, for each request, the tokens of its prompt past the longest common prefix
 // with any earlier request's prompt followed by its answer (prompts as `dsv4 tokenize --chat`
@@ -95,6 +97,8 @@ for (let t = 0; t < 8; ++t) {
 const SYSTEM = "You are the harbor agent. Follow these rules.\n" +
   Array.from({ length: 32 }, (_, i) => `Rule ${i + 1}: ${prose(rand, 2)}`).join("\n");
 const DOC = Array.from({ length: 24 }, (_, i) => `Section ${i + 1}. ${prose(rand, 5)}`).join("\n\n");
+const SHORT_PROMPT = "Summarize these notes.\n\n" + Array.from({ length: 10 }, (_, i) => `Note ${i + 1}. ${prose(rand, 4)}`).join("\n");
+const LONG_DOC = Array.from({ length: 32 }, (_, i) => `Chapter ${i + 1}. ${prose(rand, 5)}`).join("\n\n");
 const system = { role: "system", content: SYSTEM };
 const user = (content) => ({ role: "user", content });
 const assistant = (content) => ({ role: "assistant", content });
@@ -140,6 +144,13 @@ await Promise.all([
 ]);
 await send(server, "n = 2 samples", body([...turn2, assistant(a2.answers[0]), user("Suggest a title.")],
   { n: 2, temperature: 0.8, seed: 5 }));
+// Acceptance: the same single-turn prompt twice (and after the restart, below); one document,
+// two questions (no system prompt, no tools: nothing else is shared).
+const plain = (content) => ({ model: "m", messages: [user(content)], max_tokens: 12, temperature: 0 });
+await send(server, "1k prompt", plain(SHORT_PROMPT));
+await send(server, "1k prompt again", plain(SHORT_PROMPT));
+await send(server, "4k document, question 1", plain(LONG_DOC + "\n\nWhich chapter mentions the reef?"));
+await send(server, "4k document, question 2", plain(LONG_DOC + "\n\nHow many chapters mention fog?"));
 const peakRss = server.peakRss();
 const metrics = await (await fetch(server.url + "/metrics")).text();
 const ramBytes = Number(metrics.match(/^dsv4_prefix_cache_bytes (\d+)/m)?.[1] ?? NaN);
@@ -147,6 +158,7 @@ const stderr1 = server.stderr();
 await server.stop();
 server = await startServer();
 await send(server, "retry after a restart", body(fork));
+await send(server, "1k prompt after the restart", plain(SHORT_PROMPT));
 const stderr2 = server.stderr();
 await server.stop();
 const diskBytes = readdirSync(cacheDir).reduce((n, f) => n + statSync(join(cacheDir, f)).size, 0);
