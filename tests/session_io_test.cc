@@ -552,5 +552,27 @@ TEST(PrefixCache, TheDiskTierSharesBlocksAndRebuildsChainsAfterARestart) {
   EXPECT_EQ(cache.store()->entries().size(), 1u);
 }
 
+// A request's snapshot whose key (its tokens + an unfed tail) equals a stored block snapshot's
+// (tokens only) is another session of the same key: the stored one stays, and a lookup gets
+// it whole and consistent, never one session's state under the other's token count.
+TEST(PrefixCache, ASnapshotWithTheKeyOfAStoredBlockLeavesTheBlockAsItIs) {
+  test::TempDir dir;
+  Warnings w;
+  const SessionState block = chained_session(16, 4), own = chained_session(15, 3);
+  {
+    PrefixCache cache(4, 1 << 20, std::make_unique<PrefixStore>(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink()));
+    cache.insert_block(block);
+    cache.persist();
+  }
+  PrefixCache cache(4, 1 << 20, std::make_unique<PrefixStore>(dir / "cache", 1 << 20, kIdentity, kLimits, w.sink()));
+  cache.insert(own, std::vector<int32_t>{block.tokens.back()}, "");  // key: block.tokens
+  std::vector<int32_t> prompt = block.tokens;
+  prompt.push_back(3);
+  auto m = cache.longest_token_prefix(prompt);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->state == block);
+  EXPECT_TRUE(w.lines.empty()) << w.lines.front();
+}
+
 }  // namespace
 }  // namespace dsv4

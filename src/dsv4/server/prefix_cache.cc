@@ -276,6 +276,12 @@ void PrefixCache::insert(const SessionState& state, std::span<const int32_t> tai
   key.insert(key.end(), tail.begin(), tail.end());
   if (Entry* same = find(key)) {
     const auto it = same->self;
+    if (it->state_tokens != state.tokens.size()) {
+      // The same key for another session of it (a block snapshot that went one token further,
+      // where this one keeps the token as its tail): either serves; the one there stays.
+      touch(it);
+      return;
+    }
     if (!it->named) {  // a block snapshot becomes a request's too
       it->own = it->named = true;
       if (it->part) ++ram_entries_;
