@@ -296,6 +296,11 @@ if want server; then
   else
     note v1 "needs the DeepSeek-V3 tokenizer.json beside the checkpoint"
   fi
+  # The prefix cache on an agent session (the demo model; its own server, cache dir and port).
+  echo "node scripts/agent_trace.mjs --dsv4 build/release/dsv4 --model models/demo" > "$R/a1.cmd"
+  log "a1: the agent trace"
+  node scripts/agent_trace.mjs --dsv4 "$B" --model models/demo --json > "$R/a1.json" 2> "$R/a1.err" ||
+    { echo -n "exit $?: "; tail -1 "$R/a1.err"; } > "$R/a1.fail"
 fi
 
 # ---- V4 Pro geometry ----
