@@ -145,10 +145,7 @@ size_t PrefixCache::longest_shared_prefix(std::span<const int32_t> prompt) const
 
 std::optional<size_t> PrefixCache::store_index(const Entry& e) const {
   if (!store_ || e.file.empty()) return std::nullopt;
-  const auto& stored = store_->entries();
-  for (size_t i = 0; i < stored.size(); ++i)
-    if (stored[i].file == e.file) return i;
-  return std::nullopt;
+  return store_->find(e.file);
 }
 
 void PrefixCache::touch(List::iterator it) {

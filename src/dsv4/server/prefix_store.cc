@@ -357,11 +357,7 @@ void PrefixStore::scan() {
       else
         gone.push_back(i);
     }
-    for (auto i = gone.rbegin(); i != gone.rend(); ++i) {
-      platform::remove_file(dir_ + "/" + entries_[*i].file);
-      bytes_ -= entries_[*i].bytes;
-      entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(*i));
-    }
+    for (auto i = gone.rbegin(); i != gone.rend(); ++i) drop(*i, true);  // (counts are redone above)
     orphans += gone.size();
     changed = !gone.empty();
   }

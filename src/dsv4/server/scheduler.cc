@@ -362,12 +362,10 @@ void Scheduler::run(Job& job) {
         finish(job, JobOutcome::Status::kCancelled);
         return false;
       }
-      if (block) {
-        std::lock_guard lock(cache_mu_);
-        cache_.insert_block(session);
-      } else {
+      if (block)
+        cb.on_snapshot(session);
+      else
         store_snapshot(session, {});
-      }
       return true;
     };
     // Stage 1: prefill up to the history boundary and keep a snapshot there.
